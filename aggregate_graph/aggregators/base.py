@@ -1,0 +1,60 @@
+"""Aggregators are LangChain Runnables from a SampleSet to an Aggregation, so any of them (majority vote,
+prompted or trained models) drops into the graph, or is called on a logged sample set, the same way."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import run_in_executor
+
+from aggregate_graph.sample_set import Aggregation, SampleSet
+
+
+class AggregationError(RuntimeError):
+    """Aggregation could not produce an answer. `sample_set` keeps every candidate that was drawn."""
+
+    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
+        super().__init__(message)
+        self.sample_set = sample_set
+
+
+class Aggregator(Runnable[SampleSet, Aggregation], ABC):
+    """Base class: implement `aggregate` (and `aaggregate` when there is real async work)."""
+
+    name: str | None = None
+
+    @abstractmethod
+    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation: ...
+
+    async def aaggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        return await run_in_executor(config, self.aggregate, sample_set, config)
+
+    def invoke(self, input: SampleSet, config: RunnableConfig | None = None, **kwargs: Any) -> Aggregation:
+        return self._call_with_config(self._checked(self.aggregate), input, config, **kwargs)
+
+    async def ainvoke(self, input: SampleSet, config: RunnableConfig | None = None, **kwargs: Any) -> Aggregation:
+        return await self._acall_with_config(self._checked_async(self.aaggregate), input, config, **kwargs)
+
+    @staticmethod
+    def _checked(fn: Any) -> Any:
+        def call(sample_set: SampleSet, config: RunnableConfig) -> Aggregation:
+            return fn(_as_sample_set(sample_set), config)
+
+        return call
+
+    @staticmethod
+    def _checked_async(fn: Any) -> Any:
+        async def call(sample_set: SampleSet, config: RunnableConfig) -> Aggregation:
+            return await fn(_as_sample_set(sample_set), config)
+
+        return call
+
+
+def _as_sample_set(value: Any) -> SampleSet:
+    if isinstance(value, SampleSet):
+        return value
+    if isinstance(value, dict):
+        return SampleSet.model_validate(value)
+    raise TypeError(f"aggregators take a SampleSet (or its dict form), got {type(value).__name__}")

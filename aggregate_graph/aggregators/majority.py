@@ -1,0 +1,62 @@
+"""Majority (plurality) vote over mathematically equivalent final answers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+from langchain_core.runnables import RunnableConfig
+
+from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.answers import group_equivalent, normalize_answer
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+
+Weights = Mapping[str, float] | Callable[[Candidate], float]
+
+
+class MajorityVote(Aggregator):
+    """The answer most candidates agree on, equivalence decided by `answers.group_equivalent`.
+
+    `weights` scales each candidate's vote: a mapping from model name to weight, or a function of the
+    candidate. A tie goes to the class whose first member has the lowest candidate index (the order of
+    the request, so reruns agree), and the tied answers are reported in `Aggregation.tie`.
+    Candidates that failed or stated no extractable answer do not vote.
+    """
+
+    name = "majority_vote"
+
+    def __init__(self, weights: Weights | None = None) -> None:
+        self.weights = weights
+
+    def _weight(self, candidate: Candidate) -> float:
+        if self.weights is None:
+            return 1.0
+        if callable(self.weights):
+            return float(self.weights(candidate))
+        return float(self.weights.get(candidate.model, 1.0))
+
+    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        started = time.perf_counter()
+        voters = [c for c in sample_set.candidates if c.ok and c.answer is not None]
+        if not voters:
+            failed = len(sample_set.failed)
+            raise AggregationError(
+                f"no candidate stated an extractable final answer ({len(sample_set.candidates)} drawn, "
+                f"{failed} failed); nothing to vote on",
+                sample_set,
+            )
+        classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
+        scored = [(sum(self._weight(c) for c in cls), cls) for cls in classes]
+        best = max(score for score, _ in scored)
+        tied = sorted((cls for score, cls in scored if score == best), key=lambda cls: cls[0].index)
+        winner = tied[0][0]
+        return Aggregation(
+            method=self.name,
+            answer=normalize_answer(winner.answer),
+            text=winner.text,
+            votes={normalize_answer(cls[0].answer) or "": score for score, cls in scored},
+            support=[c.index for c in tied[0]],
+            tie=[normalize_answer(cls[0].answer) or "" for cls in tied] if len(tied) > 1 else None,
+            latency_s=time.perf_counter() - started,
+            details={"voters": len(voters), "abstained": len(sample_set.candidates) - len(voters)},
+        )

@@ -1,0 +1,272 @@
+"""The prebuilt graph: prepare → fan out candidate draws with `Send` (in waves when sampling adaptively)
+→ aggregate → an AIMessage carrying the sample set.
+
+    START → prepare ─┬─> generate ×k ─> review ─┬─> generate ×k (next wave) …
+                     └────────────> aggregate <─┘
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.config import get_store, get_stream_writer
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+from langgraph.types import Overwrite, RetryPolicy, Send
+from pydantic import BaseModel, Field, model_validator
+
+from aggregate_graph.aggregators import AggregationError, MajorityVote
+from aggregate_graph.answers import group_equivalent
+from aggregate_graph.log import DEFAULT_NAMESPACE, log_sample_set
+from aggregate_graph.models import ModelSpec, build_pool
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+from aggregate_graph.sampling import (
+    CandidatePolicy,
+    Draw,
+    Sampler,
+    adraw_candidates,
+    describe,
+    draw_candidates,
+    is_transient,
+)
+
+MAX_N = 512
+
+
+class QuorumError(AggregationError):
+    """Fewer candidates succeeded than `min_candidates`."""
+
+
+class AdaptiveSampling(BaseModel):
+    """Sample in waves and stop once enough candidates agree.
+
+    The first wave draws `first_wave` candidates; while the largest group of equivalent answers holds
+    less than `agreement` of the answered candidates (or fewer than `min_agreeing` of them), another
+    `wave_size` are drawn, up to the graph's `n`.
+    """
+
+    first_wave: int = Field(default=3, ge=1)
+    wave_size: int = Field(default=2, ge=1)
+    agreement: float = Field(default=0.75, gt=0, le=1)
+    min_agreeing: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> AdaptiveSampling:
+        if self.min_agreeing > self.first_wave + 64 * self.wave_size:
+            raise ValueError("min_agreeing is larger than any run could draw")
+        return self
+
+    def satisfied(self, candidates: Sequence[Candidate]) -> bool:
+        answered = [c.answer for c in candidates if c.ok and c.answer is not None]
+        if not answered:
+            return False
+        top = max(len(cls) for cls in group_equivalent(answered))
+        return top >= self.min_agreeing and top / len(answered) >= self.agreement
+
+
+def merge_candidates(current: list[Candidate] | None, new: list[Candidate] | None) -> list[Candidate]:
+    """Reducer: candidates keyed by index (a retried draw replaces its earlier record), in index order."""
+    by_index = {c.index: c for c in current or []}
+    by_index.update({c.index: c for c in new or []})
+    return [by_index[i] for i in sorted(by_index)]
+
+
+class AggregateState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    question: str
+    candidates: Annotated[list[Candidate], merge_candidates]
+    sample_set: SampleSet | None
+
+
+def message_text(message: BaseMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in message.content)
+
+
+def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
+    """The last human message's text and the conversation up to and including it."""
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            question = message_text(messages[i]).strip()
+            if not question:
+                raise ValueError("the last human message is empty: there is no question to answer")
+            return question, list(messages[: i + 1])
+    raise ValueError("no question: the state's `messages` has no human message")
+
+
+def check_n(n: Any, max_n: int = MAX_N) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"n must be an integer, got {n!r}")
+    if n <= 0:
+        raise ValueError(f"n must be at least 1, got {n}")
+    if n > max_n:
+        raise ValueError(f"n={n} is over the cap of {max_n} candidates; raise max_n if you really mean it")
+    return n
+
+
+class _Nodes:
+    """The graph's node functions, closed over the sampling configuration."""
+
+    def __init__(
+        self,
+        pool: list[Sampler],
+        n: int,
+        aggregator: Runnable[SampleSet, Aggregation],
+        policy: CandidatePolicy,
+        adaptive: AdaptiveSampling | None,
+        min_candidates: int,
+        log_namespace: tuple[str, ...],
+    ) -> None:
+        self.pool, self.n, self.aggregator = pool, n, aggregator
+        self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
+        self.log_namespace = log_namespace
+
+    def prepare(self, state: AggregateState) -> dict[str, Any]:
+        question, _ = last_turn(state.get("messages") or [])
+        return {"question": question, "candidates": Overwrite([]), "sample_set": None}
+
+    def route(self, state: AggregateState) -> list[Send] | str:
+        """Sends for the next wave of draws, or "aggregate" when there is nothing more to draw."""
+        candidates = state.get("candidates") or []
+        drawn = len(candidates)
+        if drawn >= self.n or (drawn and self.adaptive is not None and self.adaptive.satisfied(candidates)):
+            return "aggregate"
+        size = self.n if self.adaptive is None else (self.adaptive.wave_size if drawn else self.adaptive.first_wave)
+        wave = max((c.wave for c in candidates), default=-1) + 1
+        _, conversation = last_turn(state["messages"])
+        by_sampler: dict[int, list[int]] = {}
+        for index in range(drawn, min(self.n, drawn + size)):
+            by_sampler.setdefault(index % len(self.pool), []).append(index)
+        sends = []
+        for s, indices in by_sampler.items():
+            groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
+            sends += [Send("generate", Draw(s, tuple(g), tuple(conversation), wave)) for g in groups]
+        return sends
+
+    def _report(self, candidates: list[Candidate]) -> dict[str, Any]:
+        write = get_stream_writer()
+        for c in candidates:
+            write({"candidate": c.index, "of": self.n, "answer": c.answer, "model": c.model, "error": c.error,
+                   "latency_s": c.latency_s})
+        return {"candidates": candidates}
+
+    def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
+        return self._report(draw_candidates(draw, self.pool[draw.sampler], self.policy, config))
+
+    async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
+        return self._report(await adraw_candidates(draw, self.pool[draw.sampler], self.policy, config))
+
+    def _sample_set(self, state: AggregateState) -> SampleSet:
+        candidates = state.get("candidates") or []
+        sample_set = SampleSet(
+            question=state["question"],
+            candidates=candidates,
+            requested_n=self.n,
+            metadata={
+                "waves": max((c.wave for c in candidates), default=0) + 1,
+                "samples_saved": self.n - len(candidates),
+            },
+        )
+        if len(sample_set.succeeded) < self.min_candidates:
+            errors = sorted({c.error or "" for c in sample_set.failed})
+            raise QuorumError(
+                f"only {len(sample_set.succeeded)} of {len(candidates)} candidates succeeded, below "
+                f"min_candidates={self.min_candidates}; errors: {'; '.join(errors)[:1000]}",
+                sample_set,
+            )
+        return sample_set
+
+    def _finish(self, sample_set: SampleSet, aggregation: Aggregation) -> dict[str, Any]:
+        sample_set = sample_set.model_copy(update={"aggregation": aggregation})
+        if (store := get_store()) is not None:
+            log_sample_set(store, sample_set, self.log_namespace)
+        usage = sample_set.usage
+        message = AIMessage(
+            content=aggregation.text,
+            response_metadata={"sample_set": sample_set.model_dump(mode="json")},
+            usage_metadata={
+                "input_tokens": usage.prompt_tokens,
+                "output_tokens": usage.completion_tokens,
+                "total_tokens": usage.total_tokens,
+            },
+        )
+        return {"sample_set": sample_set, "messages": [message]}
+
+    def aggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
+        sample_set = self._sample_set(state)
+        return self._finish(sample_set, self.aggregator.invoke(sample_set, config))
+
+    async def aaggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
+        sample_set = self._sample_set(state)
+        return self._finish(sample_set, await self.aggregator.ainvoke(sample_set, config))
+
+
+def build_aggregate_graph(
+    model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler],
+    n: int = 5,
+    *,
+    aggregator: Runnable[SampleSet, Aggregation] | None = None,
+    system_prompts: Sequence[str | None] | None = None,
+    temperatures: Sequence[float | None] | None = None,
+    policy: CandidatePolicy | None = None,
+    adaptive: AdaptiveSampling | None = None,
+    min_candidates: int = 1,
+    max_n: int = MAX_N,
+    max_concurrency: int = 64,
+    checkpointer: BaseCheckpointSaver | None = None,
+    store: BaseStore | None = None,
+    log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+    name: str = "aggregate_graph",
+) -> CompiledStateGraph:
+    """A compiled graph that answers the last human message with `n` candidates and an aggregation.
+
+    `model` is a chat model, a spec string ("openai:gpt-4o-mini", "local") or a list of them; with
+    `system_prompts` / `temperatures` the pool is every combination, and candidate i comes from pool[i % len].
+    The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
+    """
+    n = check_n(n, max_n)
+    if not 1 <= min_candidates <= n:
+        raise ValueError(f"min_candidates must be between 1 and n={n}, got {min_candidates}")
+    if adaptive is not None and adaptive.min_agreeing > n:
+        raise ValueError(f"adaptive.min_agreeing={adaptive.min_agreeing} can never be reached with n={n}")
+    aggregator = aggregator if aggregator is not None else MajorityVote()
+    if not isinstance(aggregator, Runnable):
+        raise TypeError(f"aggregator must be a Runnable over a SampleSet, got {type(aggregator).__name__}")
+    nodes = _Nodes(
+        build_pool(model, system_prompts, temperatures), n, aggregator, policy or CandidatePolicy(), adaptive,
+        min_candidates, log_namespace,
+    )
+    builder = StateGraph(AggregateState)
+    builder.add_node("prepare", nodes.prepare)
+    builder.add_node("generate", RunnableLambda(nodes.generate, afunc=nodes.agenerate, name="generate"))
+    builder.add_node("review", lambda state: {})
+    builder.add_node(
+        "aggregate",
+        RunnableLambda(nodes.aggregate, afunc=nodes.aaggregate, name="aggregate"),
+        retry_policy=RetryPolicy(max_attempts=3, retry_on=is_transient),
+    )
+    builder.add_edge(START, "prepare")
+    builder.add_conditional_edges("prepare", nodes.route, ["generate", "aggregate"])
+    builder.add_edge("generate", "review")
+    builder.add_conditional_edges("review", nodes.route, ["generate", "aggregate"])
+    builder.add_edge("aggregate", END)
+    graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
+    return graph.with_config(max_concurrency=max_concurrency)
+
+
+__all__ = [
+    "AdaptiveSampling",
+    "AggregateState",
+    "QuorumError",
+    "build_aggregate_graph",
+    "check_n",
+    "describe",
+    "last_turn",
+]

@@ -1,0 +1,50 @@
+"""The sample-set log: every aggregated run written to the graph's LangGraph store, exported as JSONL
+for training (the data flywheel)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from langgraph.store.base import BaseStore
+
+from aggregate_graph.sample_set import SampleSet
+
+DEFAULT_NAMESPACE = ("aggregate_graph", "sample_sets")
+
+
+def log_sample_set(store: BaseStore, sample_set: SampleSet, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> None:
+    store.put(namespace, sample_set.id, sample_set.model_dump(mode="json"), index=False)
+
+
+def iter_logged(store: BaseStore, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page: int = 100) -> Iterator[SampleSet]:
+    offset = 0
+    while items := store.search(namespace, limit=page, offset=offset):
+        for item in items:
+            yield SampleSet.model_validate(item.value)
+        offset += len(items)
+
+
+def export_sample_sets(
+    store: BaseStore, path: str | Path, namespace: tuple[str, ...] = DEFAULT_NAMESPACE
+) -> int:
+    """Write every logged sample set to a JSONL file (oldest first); returns how many."""
+    sets = sorted(iter_logged(store, namespace), key=lambda s: s.created_at)
+    with Path(path).open("w", encoding="utf-8") as f:
+        for sample_set in sets:
+            f.write(sample_set.model_dump_json() + "\n")
+    return len(sets)
+
+
+def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
+    """Sample sets from a JSONL file; a malformed line raises naming its line number."""
+    with Path(path).open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield SampleSet.model_validate_json(line)
+                except ValueError as exc:
+                    raise ValueError(f"{path}:{number}: not a sample set: {exc}") from exc
+
+
+__all__ = ["DEFAULT_NAMESPACE", "export_sample_sets", "iter_logged", "log_sample_set", "read_sample_sets"]

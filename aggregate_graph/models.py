@@ -1,0 +1,67 @@
+"""Turning what the user passes as `model` into the pool of samplers that candidates are drawn from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import product
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from aggregate_graph.sampling import Sampler
+
+ModelSpec = BaseChatModel | str
+LOCAL_PREFIXES = ("local", "smollm2")
+
+
+def load_chat_model(spec: ModelSpec, **kwargs: Any) -> BaseChatModel:
+    """A chat model from a model object or a spec string.
+
+    `"local"` / `"smollm2"` is the embedded SmolLM2-135M-Instruct, `"local:/path/to/folder"` any transformers
+    model folder on this machine; `"openai:gpt-4o-mini"` is `ChatOpenAI` (needs `langchain-openai`), and any
+    other `"provider:model"` goes to LangChain's `init_chat_model`.
+    """
+    if isinstance(spec, BaseChatModel):
+        return spec
+    if not isinstance(spec, str) or not spec.strip():
+        raise TypeError(f"model must be a LangChain BaseChatModel or a model spec string, got {spec!r}")
+    head, _, rest = spec.partition(":")
+    if head in LOCAL_PREFIXES:
+        from aggregate_graph.local import LocalChatModel
+
+        return LocalChatModel(model_path=rest or None, **kwargs)
+    if head == "openai" and rest:
+        try:
+            from langchain_openai import ChatOpenAI
+        except ImportError as exc:
+            raise ImportError(f"model {spec!r} needs langchain-openai: pip install 'aggregate-graph[openai]'") from exc
+        return ChatOpenAI(model=rest, **kwargs)
+    try:
+        from langchain.chat_models import init_chat_model
+    except ImportError as exc:
+        raise ImportError(
+            f"model {spec!r} is resolved by LangChain's init_chat_model: pip install langchain and the provider's "
+            "package (e.g. langchain-anthropic), or pass a chat model object"
+        ) from exc
+    return init_chat_model(spec, **kwargs)
+
+
+def build_pool(
+    model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler],
+    system_prompts: Sequence[str | None] | None = None,
+    temperatures: Sequence[float | None] | None = None,
+) -> list[Sampler]:
+    """Every combination of models × system prompts × temperatures; candidate i is drawn from pool[i % len]."""
+    models = list(model) if isinstance(model, list | tuple) else [model]
+    if not models:
+        raise ValueError("model: give at least one chat model")
+    prompts = list(system_prompts) if system_prompts else [None]
+    temps = list(temperatures) if temperatures else [None]
+    pool: list[Sampler] = []
+    for m in models:
+        if isinstance(m, Sampler):
+            pool.append(m)
+            continue
+        chat_model = load_chat_model(m)
+        pool.extend(Sampler(chat_model, p, t) for p, t in product(prompts, temps))
+    return pool

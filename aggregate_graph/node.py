@@ -1,0 +1,43 @@
+"""`AggregateNode`: the prebuilt graph as one node for any StateGraph whose state has `messages`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from aggregate_graph.graph import build_aggregate_graph
+from aggregate_graph.models import ModelSpec
+from aggregate_graph.sampling import Sampler
+
+
+class AggregateNode(Runnable[Any, dict[str, Any]]):
+    """Answers the last human turn of the parent state with n candidates and an aggregator.
+
+    Returns `{"messages": [AIMessage]}`; the AIMessage's `response_metadata["sample_set"]` holds the sample
+    set (load it with `SampleSet.model_validate`). It runs the prebuilt graph as a subgraph, so the parent's
+    checkpointer, store and stream (`subgraphs=True`, or `stream_mode="custom"` for candidate progress)
+    apply to it. Keyword arguments are those of `build_aggregate_graph`.
+    """
+
+    def __init__(self, model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler], n: int = 5, **kwargs: Any) -> None:
+        if "checkpointer" in kwargs or "store" in kwargs:
+            raise TypeError("AggregateNode uses the parent graph's checkpointer and store; pass them to its compile()")
+        self.graph = build_aggregate_graph(model, n, **kwargs)
+        self.name = kwargs.get("name", "aggregate")
+
+    @staticmethod
+    def _messages(state: Any) -> dict[str, Any]:
+        messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+        if messages is None:
+            raise ValueError("AggregateNode needs a state with `messages`")
+        return {"messages": list(messages)}
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        out = self.graph.invoke(self._messages(input), config, **kwargs)
+        return {"messages": [out["messages"][-1]]}
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        out = await self.graph.ainvoke(self._messages(input), config, **kwargs)
+        return {"messages": [out["messages"][-1]]}

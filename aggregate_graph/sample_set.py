@@ -1,0 +1,139 @@
+"""The one data type that flows through everything: a question, its candidates and their aggregation.
+
+Graph state, aggregators, the sample-set log and (later) training all read and write these models, so a
+sample set written by a run can be replayed, re-aggregated or trained on without conversion.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def clean_text(value: Any) -> str:
+    """Return valid UTF-8 text: bytes are decoded and lone surrogates replaced, so JSON logs never break."""
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="replace")
+    return str(value).encode("utf-8", errors="replace").decode("utf-8")
+
+
+class Usage(BaseModel):
+    """Token usage of one model request (OpenAI names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class Candidate(BaseModel):
+    """One sampled answer, or the record of a sample that failed.
+
+    `index` is the position in the request plan, never the arrival order. Candidates drawn by one
+    request with `n > 1` share `request_id` and that request's `usage` (the prompt is billed once),
+    so `SampleSet.usage` counts each request once.
+    """
+
+    index: int = Field(ge=0)
+    text: str = ""
+    answer: str | None = None
+    model: str = ""
+    params: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage | None = None
+    request_id: str | None = None
+    latency_s: float | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    wave: int = 0
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _valid_utf8(cls, value: Any) -> str:
+        return clean_text(value)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Aggregation(BaseModel):
+    """What an aggregator decided and how."""
+
+    method: str
+    answer: str | None
+    text: str
+    votes: dict[str, float] = Field(default_factory=dict)
+    support: list[int] = Field(default_factory=list, description="indices of the candidates backing the answer")
+    tie: list[str] | None = Field(default=None, description="answers that tied for first, when there was a tie")
+    usage: Usage | None = None
+    latency_s: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class SampleSet(BaseModel):
+    """A question, every candidate drawn for it (failed ones included) and, once decided, the aggregation."""
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    question: str
+    gold: str | None = None
+    candidates: list[Candidate] = Field(default_factory=list)
+    aggregation: Aggregation | None = None
+    requested_n: int | None = None
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("question", mode="before")
+    @classmethod
+    def _valid_utf8(cls, value: Any) -> str:
+        return clean_text(value)
+
+    @field_validator("candidates")
+    @classmethod
+    def _order_by_index(cls, candidates: list[Candidate]) -> list[Candidate]:
+        indices = [c.index for c in candidates]
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"duplicate candidate indices: {sorted(indices)}")
+        return sorted(candidates, key=lambda c: c.index)
+
+    @property
+    def succeeded(self) -> list[Candidate]:
+        return [c for c in self.candidates if c.ok]
+
+    @property
+    def failed(self) -> list[Candidate]:
+        return [c for c in self.candidates if not c.ok]
+
+    @property
+    def answers(self) -> list[str | None]:
+        return [c.answer for c in self.candidates]
+
+    @property
+    def usage(self) -> Usage:
+        """Tokens billed for the candidates and the aggregation, counting each request once."""
+        total, seen = Usage(), set()
+        for c in self.candidates:
+            key = c.request_id or f"candidate-{c.index}"
+            if c.usage is not None and key not in seen:
+                seen.add(key)
+                total += c.usage
+        if self.aggregation is not None and self.aggregation.usage is not None:
+            total += self.aggregation.usage
+        return total
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> SampleSet:
+        return cls.model_validate_json(data)

@@ -1,0 +1,271 @@
+"""Drawing candidates: one request with `n` where the model takes it, parallel single requests otherwise,
+with retries on transient errors, a per-attempt timeout, and failures recorded instead of raised.
+
+A failure is returned as a `Candidate` with `error` set because LangGraph discards the writes of a whole
+superstep when one branch raises, which would throw away every candidate that did succeed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import openai
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.outputs import ChatGeneration, LLMResult
+from langchain_core.runnables import RunnableConfig
+from pydantic import BaseModel, Field
+from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from aggregate_graph.answers import extract_answer
+from aggregate_graph.sample_set import Candidate, Usage
+
+T = TypeVar("T")
+
+TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+
+
+class CandidatePolicy(BaseModel):
+    """How each candidate request is made."""
+
+    timeout_s: float = Field(default=120.0, gt=0, description="per attempt; a hung call counts as a transient error")
+    max_attempts: int = Field(default=3, ge=1)
+    backoff_initial_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=8.0, ge=0)
+    use_n: bool | None = Field(
+        default=None, description="ask for many samples in one request; None: when the model has an `n` setting"
+    )
+    max_concurrency: int = Field(default=16, ge=1, description="parallel requests when falling back from `n`")
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """One way of drawing candidates: a chat model with an optional system prompt and temperature."""
+
+    model: BaseChatModel
+    system_prompt: str | None = None
+    temperature: float | None = None
+
+    @property
+    def model_name(self) -> str:
+        for attr in ("model_name", "model", "model_id"):
+            if isinstance(value := getattr(self.model, attr, None), str) and value:
+                return value
+        return self.model._llm_type
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if self.temperature is not None:
+            params["temperature"] = self.temperature
+        if self.system_prompt is not None:
+            params["system_prompt"] = self.system_prompt
+        return params
+
+    def supports_n(self, policy: CandidatePolicy) -> bool:
+        if policy.use_n is not None:
+            return policy.use_n
+        return "n" in type(self.model).model_fields
+
+    def prompt(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+        if self.system_prompt is None:
+            return list(messages)
+        return [SystemMessage(self.system_prompt), *(m for m in messages if not isinstance(m, SystemMessage))]
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: rate limits, server errors, timeouts and dropped connections."""
+    if isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.TransportError):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and status in TRANSIENT_STATUS
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _message_text(message: BaseMessage) -> str:
+    if isinstance(message.content, str):
+        return message.content
+    return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in message.content)
+
+
+def _request_usage(result: LLMResult) -> Usage | None:
+    """Usage of the whole request: providers report it once per request even when it returns n choices."""
+    if (token_usage := (result.llm_output or {}).get("token_usage")) and isinstance(token_usage, dict):
+        prompt = int(token_usage.get("prompt_tokens") or 0)
+        completion = int(token_usage.get("completion_tokens") or 0)
+        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+    metas = [g.message.usage_metadata for g in result.generations[0] if isinstance(g, ChatGeneration)]
+    metas = [m for m in metas if m]
+    if not metas:
+        return None
+    prompt = max(m["input_tokens"] for m in metas)
+    completion = sum(m["output_tokens"] for m in metas)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """A request for the candidates at `indices`, all from one sampler: the payload of one LangGraph `Send`."""
+
+    sampler: int
+    indices: tuple[int, ...]
+    messages: tuple[BaseMessage, ...]
+    wave: int = 0
+
+
+def _candidates(
+    result: LLMResult, draw: Draw, sampler: Sampler, latency: float
+) -> tuple[list[Candidate], tuple[int, ...]]:
+    """Candidates for the generations returned, and the indices a server that ignores `n` left unfilled."""
+    generations = result.generations[0][: len(draw.indices)]
+    usage, request_id = _request_usage(result), uuid.uuid4().hex
+    out = []
+    for index, generation in zip(draw.indices, generations, strict=False):
+        message = generation.message if isinstance(generation, ChatGeneration) else None
+        text = _message_text(message) if message is not None else generation.text
+        meta = {**(message.response_metadata if message is not None else {}), **(generation.generation_info or {})}
+        out.append(
+            Candidate(
+                index=index,
+                text=text,
+                answer=extract_answer(text),
+                model=str(meta.get("model_name") or sampler.model_name),
+                params=sampler.params,
+                usage=usage,
+                request_id=request_id,
+                latency_s=latency,
+                finish_reason=meta.get("finish_reason"),
+                wave=draw.wave,
+            )
+        )
+    return out, draw.indices[len(generations) :]
+
+
+def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
+    return [
+        Candidate(
+            index=i, model=sampler.model_name, params=sampler.params, latency_s=latency, error=describe(exc), wave=draw.wave
+        )
+        for i in draw.indices
+    ]
+
+
+def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks")}
+    if k > 1:
+        kwargs["n"] = k
+    if sampler.temperature is not None:
+        kwargs["temperature"] = sampler.temperature
+    return kwargs
+
+
+def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
+    """Run a blocking call, giving up after `timeout_s`; the call itself finishes in a daemon thread."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, fn()))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    worker = threading.Thread(target=run, daemon=True, name="aggregate-graph-candidate")
+    worker.start()
+    worker.join(timeout_s)
+    if not outcome:
+        raise TimeoutError(f"candidate request exceeded the {timeout_s:g}s timeout")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
+    return cls(
+        stop=stop_after_attempt(policy.max_attempts),
+        wait=wait_exponential_jitter(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
+        retry=retry_if_exception(is_transient),
+        reraise=True,
+    )
+
+
+def draw_candidates(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
+) -> list[Candidate]:
+    """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it."""
+    k, messages = len(draw.indices), sampler.prompt(draw.messages)
+    if k > 1 and not sampler.supports_n(policy):
+        return _draw_singles_sync(draw, sampler, policy, config)
+    started = time.perf_counter()
+    try:
+        for attempt in _retrying(policy, Retrying):
+            with attempt:
+                result = _with_timeout(
+                    lambda: sampler.model.generate([messages], **_call_kwargs(sampler, k, config)), policy.timeout_s
+                )
+    except Exception as exc:
+        if k > 1 and not is_transient(exc):  # e.g. the server rejects `n`: ask one sample at a time
+            return _draw_singles_sync(draw, sampler, policy, config)
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
+    if missing:
+        done += _draw_singles_sync(Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config)
+    return done
+
+
+def _draw_singles_sync(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None
+) -> list[Candidate]:
+    singles = [Draw(draw.sampler, (i,), draw.messages, draw.wave) for i in draw.indices]
+    with ThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
+        batches = pool.map(lambda d: draw_candidates(d, sampler, policy, config), singles)
+        return [c for batch in batches for c in batch]
+
+
+async def adraw_candidates(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
+) -> list[Candidate]:
+    """Async `draw_candidates`."""
+    k, messages = len(draw.indices), sampler.prompt(draw.messages)
+    if k > 1 and not sampler.supports_n(policy):
+        return await _draw_singles_async(draw, sampler, policy, config)
+    started = time.perf_counter()
+    try:
+        async for attempt in _retrying(policy, AsyncRetrying):
+            with attempt:
+                call: Awaitable[LLMResult] = sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
+                result = await asyncio.wait_for(call, policy.timeout_s)
+    except Exception as exc:
+        if k > 1 and not is_transient(exc):
+            return await _draw_singles_async(draw, sampler, policy, config)
+        if isinstance(exc, asyncio.TimeoutError | TimeoutError) and not str(exc):
+            exc = TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout")
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
+    if missing:
+        done += await _draw_singles_async(Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config)
+    return done
+
+
+async def _draw_singles_async(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None
+) -> list[Candidate]:
+    gate = asyncio.Semaphore(policy.max_concurrency)
+
+    async def one(index: int) -> list[Candidate]:
+        async with gate:
+            return await adraw_candidates(Draw(draw.sampler, (index,), draw.messages, draw.wave), sampler, policy, config)
+
+    batches = await asyncio.gather(*(one(i) for i in draw.indices))
+    return [c for batch in batches for c in batch]

@@ -1,0 +1,194 @@
+"""An OpenAI-compatible chat-completions server on 127.0.0.1 for tests and benchmarks.
+
+It answers `/v1/chat/completions` and `/v1/models` with scripted replies, and can be told to add latency,
+to honour, ignore or reject `n`, and to inject 429/500 errors or hangs — with counters to check what a
+client really sent. Needs the `test` extra (fastapi, uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+Reply = str | bytes
+NMode = Literal["honour", "ignore", "reject"]
+
+
+def count_tokens(text: str) -> int:
+    """The server's stand-in tokenizer: whitespace-separated words."""
+    return len(text.split())
+
+
+class OpenAITestServer:
+    """A real HTTP server in a background thread. Use as a context manager; `base_url` ends in `/v1`.
+
+    replies: cycled over every sample served (a global counter), or a function `(request_body, sample_no)
+        -> reply`; a `bytes` reply is sent raw inside the JSON string, to test undecodable bodies.
+    n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
+        (as many servers do), "reject" answers 400 to n > 1.
+    failure_rate / failure_status: share of requests answered with that error; fail_first: the first
+        requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[Reply] | Callable[[dict[str, Any], int], Reply] = ("The answer is 42.",),
+        *,
+        latency_s: float = 0.0,
+        n_mode: NMode = "honour",
+        failure_rate: float = 0.0,
+        failure_status: int = 500,
+        fail_first: int = 0,
+        hang_rate: float = 0.0,
+        hang_s: float = 30.0,
+        seed: int = 0,
+        model: str = "test-model",
+    ) -> None:
+        self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
+        self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
+        self.hang_rate, self.hang_s, self.model = hang_rate, hang_s, model
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.samples_served = 0
+        self.prompt_tokens_billed = 0
+        self.errors_sent = 0
+        self.hangs = 0
+        self.app = self._build_app()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _reply(self, body: dict[str, Any], sample_no: int) -> Reply:
+        if callable(self.replies):
+            return self.replies(body, sample_no)
+        return self.replies[sample_no % len(self.replies)]
+
+    def _admit(self, body: dict[str, Any]) -> str | None:
+        """Record the request and decide its injected fault, if any."""
+        with self._lock:
+            number = len(self.requests)
+            self.requests.append(body)
+            roll = self._rng.random()
+            if number < self.fail_first or roll < self.failure_rate:
+                self.errors_sent += 1
+                return "error"
+            if roll < self.failure_rate + self.hang_rate:
+                self.hangs += 1
+                return "hang"
+            return None
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.get("/v1/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            body = await request.json()
+            fault = self._admit(body)
+            if self.latency_s:
+                await asyncio.sleep(self.latency_s)
+            if fault == "error":
+                return _error(self.failure_status, "injected failure", "server_error")
+            if fault == "hang":
+                await asyncio.sleep(self.hang_s)
+            n = int(body.get("n") or 1)
+            if n > 1 and self.n_mode == "reject":
+                return _error(400, "n > 1 is not supported by this server", "invalid_request_error", "n")
+            if self.n_mode == "ignore":
+                n = 1
+            with self._lock:
+                first = self.samples_served
+                self.samples_served += n
+            prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
+            replies = [self._reply(body, first + i) for i in range(n)]
+            prompt_tokens = count_tokens(prompt)
+            completion_tokens = sum(count_tokens(r.decode("utf-8", "replace") if isinstance(r, bytes) else r)
+                                    for r in replies)
+            with self._lock:
+                self.prompt_tokens_billed += prompt_tokens
+            return _completion(body.get("model") or self.model, replies, prompt_tokens, completion_tokens)
+
+        return app
+
+    def start(self) -> OpenAITestServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1, backlog=4096)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start within 10 s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> OpenAITestServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+
+
+def _completion(model: str, replies: list[Reply], prompt_tokens: int, completion_tokens: int) -> Response:
+    """The response JSON; `bytes` replies are spliced in raw so the body can carry invalid UTF-8."""
+    raw: dict[str, bytes] = {}
+    choices = []
+    for i, reply in enumerate(replies):
+        if isinstance(reply, bytes):
+            marker = f"@@raw-{uuid.uuid4().hex}@@"
+            raw[marker] = reply
+            reply = marker
+        choices.append({"index": i, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"})
+    payload = {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    body = json.dumps(payload).encode()
+    for marker, data in raw.items():
+        body = body.replace(marker.encode(), data)
+    return Response(body, media_type="application/json")

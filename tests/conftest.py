@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain_openai import ChatOpenAI
+
+from aggregate_graph.testing import OpenAITestServer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., OpenAITestServer]]:
+    """Start real OpenAI-compatible servers on 127.0.0.1; all are stopped at the end of the test."""
+    started: list[OpenAITestServer] = []
+
+    def start(*args: Any, **kwargs: Any) -> OpenAITestServer:
+        server = OpenAITestServer(*args, **kwargs).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def chat(server: OpenAITestServer, model: str = "test-model", **kwargs: Any) -> ChatOpenAI:
+    """The real LangChain OpenAI client against a test server; retries are the graph's, not the client's."""
+    return ChatOpenAI(base_url=server.base_url, api_key="test-key", model=model, max_retries=0, **kwargs)

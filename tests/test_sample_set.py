@@ -1,0 +1,50 @@
+import pytest
+from pydantic import ValidationError
+
+from aggregate_graph import Aggregation, Candidate, SampleSet, Usage
+
+
+def test_json_round_trip_keeps_everything():
+    s = SampleSet(
+        question="What is 2+2?",
+        gold="4",
+        candidates=[
+            Candidate(index=1, text="#### 4", answer="4", model="m", params={"temperature": 0.7},
+                      usage=Usage(prompt_tokens=5, completion_tokens=2, total_tokens=7), latency_s=0.1,
+                      finish_reason="stop"),
+            Candidate(index=0, error="RateLimitError: slow down", model="m"),
+        ],
+        aggregation=Aggregation(method="majority_vote", answer="4", text="#### 4", votes={"4": 1.0}, support=[1]),
+        metadata={"waves": 1},
+    )
+    again = SampleSet.from_json(s.to_json())
+    assert again == s
+    assert [c.index for c in again.candidates] == [0, 1]  # request order, whatever order they came in
+    assert [c.index for c in again.failed] == [0] and [c.index for c in again.succeeded] == [1]
+
+
+def test_duplicate_indices_are_rejected():
+    with pytest.raises(ValidationError, match="duplicate candidate indices"):
+        SampleSet(question="q", candidates=[Candidate(index=0), Candidate(index=0)])
+
+
+def test_usage_counts_a_shared_n_request_once():
+    shared = Usage(prompt_tokens=100, completion_tokens=30, total_tokens=130)
+    s = SampleSet(
+        question="q",
+        candidates=[
+            Candidate(index=0, usage=shared, request_id="a"),
+            Candidate(index=1, usage=shared, request_id="a"),
+            Candidate(index=2, usage=Usage(prompt_tokens=100, completion_tokens=10, total_tokens=110), request_id="b"),
+        ],
+    )
+    assert s.usage == Usage(prompt_tokens=200, completion_tokens=40, total_tokens=240)
+
+
+def test_non_utf8_text_is_made_valid_and_serialisable():
+    c = Candidate(index=0, text=b"caf\xe9 \xff answer 3")
+    assert "\ufffd" in c.text and c.text.endswith("answer 3")
+    lone_surrogate = Candidate(index=1, text="x \udcff y")
+    assert lone_surrogate.text == "x ? y"
+    s = SampleSet(question=b"q\xff", candidates=[c, lone_surrogate])
+    assert SampleSet.from_json(s.to_json().encode()).candidates[1].text == "x ? y"
