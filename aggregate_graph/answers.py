@@ -1,19 +1,26 @@
 """Final-answer extraction, normal forms and math equivalence.
 
 Equivalence is decided cheaply where a normal form already decides it (equal strings, or two plain numbers),
-and by math-verify otherwise. math-verify's own timeout uses `signal.alarm`, which only works on the main
-thread, while LangGraph runs sync nodes in worker threads; so its timeouts are disabled and each uncached
-check runs in a daemon thread that we stop waiting for after `VERIFY_TIMEOUT_S`.
+then by comparing the values of math-verify's parsed expressions at fixed points, and by math-verify's
+symbolic `verify` only for what is not a plain expression (sets, tuples, intervals, equations).
+
+math-verify's own timeout uses `signal.alarm`, which only works on the main thread, while LangGraph runs sync
+nodes in worker threads; so its timeouts are disabled and each uncached parse, evaluation or check runs in a
+daemon thread that we stop waiting for after `VERIFY_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
+import cmath
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +97,7 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _FRAC = re.compile(r"^(-?)\\frac\{(-?\d+)\}\{(\d+)\}$|^(-?)\\frac(\d)(\d)$")
 
 
+@lru_cache(maxsize=65536)
 def normalize_answer(answer: str | None) -> str | None:
     """A canonical string form: wrappers, `$`, `%`, spaces, thousands separators and a trailing `.`
     removed, `\\dfrac`→`\\frac`, and plain numbers written canonically (18.0 → 18, 1/2 → 1/2)."""
@@ -132,34 +140,69 @@ def _format_number(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
-def _math_verify(a: str, b: str) -> bool:
-    from math_verify import parse, verify
-
-    gold = parse(f"${a}$", parsing_timeout=None)  # type: ignore[arg-type]
-    target = parse(f"${b}$", parsing_timeout=None)  # type: ignore[arg-type]
-    if not gold or not target:
-        return False
-    return bool(verify(gold, target, timeout_seconds=None))
-
-
-@lru_cache(maxsize=65536)
-def _verify_with_timeout(a: str, b: str) -> bool:
-    result: list[bool] = []
+def _within_timeout(fn: Callable[[], T], default: T) -> T:
+    """`fn()` in a daemon thread, or `default` if it fails or runs past `VERIFY_TIMEOUT_S`."""
+    result: list[T] = []
 
     def run() -> None:
         try:
-            result.append(_math_verify(a, b))
-        except Exception:  # a parse failure means "not shown equal", not a crash of the vote
-            logger.debug("math-verify failed on %r vs %r", a, b, exc_info=True)
-            result.append(False)
+            result.append(fn())
+        except Exception:  # unparseable or unsupported input means "not shown equal", not a crashed vote
+            logger.debug("math-verify failed", exc_info=True)
 
     worker = threading.Thread(target=run, daemon=True, name="math-verify")
     worker.start()
     worker.join(VERIFY_TIMEOUT_S)
-    if not result:
-        logger.warning("math-verify took over %.1fs on %r vs %r; treating as different", VERIFY_TIMEOUT_S, a, b)
+    if not result and worker.is_alive():
+        logger.warning("math-verify took over %.1fs; treating the answers as different", VERIFY_TIMEOUT_S)
+    return result[0] if result else default
+
+
+@lru_cache(maxsize=65536)
+def _parsed(form: str) -> tuple[Any, ...]:
+    from math_verify import parse
+
+    return tuple(_within_timeout(lambda: parse(f"${form}$", parsing_timeout=None), []))  # type: ignore[arg-type]
+
+
+@lru_cache(maxsize=65536)
+def _fingerprint(form: str) -> tuple[complex, ...] | None:
+    """Values of a parsed expression at two fixed irrational points, or None if it is not a plain expression.
+
+    Two expressions that agree at both points are the same answer (a random polynomial identity test);
+    ones that differ are different, so most pairs need no symbolic comparison."""
+    import sympy
+
+    parsed = _parsed(form)
+    expr = parsed[0] if parsed else None
+    if not isinstance(expr, sympy.Expr):
+        return None
+
+    def evaluate() -> tuple[complex, ...]:
+        symbols = sorted(expr.free_symbols, key=str)
+        points = [{x: sympy.sqrt(2 + 3 * i + j) for i, x in enumerate(symbols)} for j in (0, 1)]
+        return tuple(complex(expr.subs(point).evalf(30)) for point in points)
+
+    values = _within_timeout(evaluate, None)
+    return values if values is not None and all(cmath.isfinite(v) for v in values) else None
+
+
+def _math_verify(a: str, b: str) -> bool:
+    from math_verify import verify
+
+    gold, target = _parsed(a), _parsed(b)
+    if not gold or not target:
         return False
-    return result[0]
+    return bool(verify(list(gold), list(target), timeout_seconds=None))
+
+
+@lru_cache(maxsize=65536)
+def _verify_with_timeout(a: str, b: str) -> bool:
+    return _within_timeout(lambda: _math_verify(a, b), False)
+
+
+def _close(x: complex, y: complex) -> bool:
+    return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
 
 
 def equivalent(a: str | None, b: str | None) -> bool:
@@ -173,7 +216,19 @@ def equivalent(a: str | None, b: str | None) -> bool:
         return False  # two different exact numbers
     if len(na) > MAX_ANSWER_CHARS or len(nb) > MAX_ANSWER_CHARS:
         return False
+    fa, fb = _fingerprint(na), _fingerprint(nb)
+    if fa is not None and fb is not None:
+        return all(_close(x, y) for x, y in zip(fa, fb, strict=True))
+    if (fa is not None and _is_collection(nb)) or (fb is not None and _is_collection(na)):
+        return False  # a number or expression is never a tuple, set, interval or matrix
     return _verify_with_timeout(*sorted((na, nb)))
+
+
+def _is_collection(form: str) -> bool:
+    import sympy
+
+    parsed = _parsed(form)
+    return bool(parsed) and isinstance(parsed[0], sympy.Tuple | sympy.Set | sympy.MatrixBase | tuple | list)
 
 
 def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:

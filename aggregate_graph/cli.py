@@ -55,8 +55,13 @@ def ask(args: argparse.Namespace) -> int:
     adaptive = AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None
     try:
         graph = build_aggregate_graph(
-            _model(args), n=args.n, temperatures=args.temperatures, system_prompts=args.system_prompts,
-            policy=policy, adaptive=adaptive, max_n=args.max_n,
+            _model(args),
+            n=args.n,
+            temperatures=args.temperatures,
+            system_prompts=args.system_prompts,
+            policy=policy,
+            adaptive=adaptive,
+            max_n=args.max_n,
         )
     except (ValueError, TypeError, ImportError, RuntimeError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -68,8 +73,12 @@ def ask(args: argparse.Namespace) -> int:
             if mode == "custom":
                 arrived += 1
                 status = f"error: {chunk['error'][:60]}" if chunk["error"] else f"answer {chunk['answer']}"
-                print(f"[{arrived}/{chunk['of']}] candidate {chunk['candidate']} ({chunk['latency_s'] or 0:.1f}s): "
-                      f"{status}", file=sys.stderr, flush=True)
+                print(
+                    f"[{arrived}/{chunk['of']}] candidate {chunk['candidate']} ({chunk['latency_s'] or 0:.1f}s): "
+                    f"{status}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             else:
                 state = chunk
     except AggregationError as exc:
@@ -94,9 +103,12 @@ def parser() -> argparse.ArgumentParser:
     a = commands.add_parser("ask", help="answer a question with n candidates and majority vote")
     a.add_argument("question")
     a.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
-    a.add_argument("--model", default="local",
-                   help='"local" (embedded SmolLM2-135M-Instruct, the default), "local:/model/folder", '
-                        '"openai:gpt-4o-mini", any "provider:model", or a served model name with --base-url')
+    a.add_argument(
+        "--model",
+        default="local",
+        help='"local" (embedded SmolLM2-135M-Instruct, the default), "local:/model/folder", '
+        '"openai:gpt-4o-mini", any "provider:model", or a served model name with --base-url',
+    )
     a.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, …); --model is its served model name")
     a.add_argument("--api-key", help="key for --base-url (default: EMPTY)")
     a.add_argument("--temperatures", type=float, nargs="+", help="a pool over these temperatures")

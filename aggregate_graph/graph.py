@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_store, get_stream_writer
 from langgraph.graph import END, START, StateGraph
@@ -111,6 +111,20 @@ def check_n(n: Any, max_n: int = MAX_N) -> int:
     return n
 
 
+class _SyncAsyncNode(Runnable[Any, dict[str, Any]]):
+    """A node with a sync and an async body. LangGraph traces each node task itself; RunnableLambda would
+    also inspect both functions' signatures on every call, which costs ~0.5 ms per candidate."""
+
+    def __init__(self, name: str, func: Any, afunc: Any) -> None:
+        self.name, self.func, self.afunc = name, func, afunc
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self.func(input, ensure_config(config))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+        return await self.afunc(input, ensure_config(config))
+
+
 class _Nodes:
     """The graph's node functions, closed over the sampling configuration."""
 
@@ -153,8 +167,16 @@ class _Nodes:
     def _report(self, candidates: list[Candidate]) -> dict[str, Any]:
         write = get_stream_writer()
         for c in candidates:
-            write({"candidate": c.index, "of": self.n, "answer": c.answer, "model": c.model, "error": c.error,
-                   "latency_s": c.latency_s})
+            write(
+                {
+                    "candidate": c.index,
+                    "of": self.n,
+                    "answer": c.answer,
+                    "model": c.model,
+                    "error": c.error,
+                    "latency_s": c.latency_s,
+                }
+            )
         return {"candidates": candidates}
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
@@ -240,16 +262,21 @@ def build_aggregate_graph(
     if not isinstance(aggregator, Runnable):
         raise TypeError(f"aggregator must be a Runnable over a SampleSet, got {type(aggregator).__name__}")
     nodes = _Nodes(
-        build_pool(model, system_prompts, temperatures), n, aggregator, policy or CandidatePolicy(), adaptive,
-        min_candidates, log_namespace,
+        build_pool(model, system_prompts, temperatures),
+        n,
+        aggregator,
+        policy or CandidatePolicy(),
+        adaptive,
+        min_candidates,
+        log_namespace,
     )
     builder = StateGraph(AggregateState)
     builder.add_node("prepare", nodes.prepare)
-    builder.add_node("generate", RunnableLambda(nodes.generate, afunc=nodes.agenerate, name="generate"))
+    builder.add_node("generate", _SyncAsyncNode("generate", nodes.generate, nodes.agenerate))
     builder.add_node("review", lambda state: {})
     builder.add_node(
         "aggregate",
-        RunnableLambda(nodes.aggregate, afunc=nodes.aaggregate, name="aggregate"),
+        _SyncAsyncNode("aggregate", nodes.aggregate, nodes.aaggregate),
         retry_policy=RetryPolicy(max_attempts=3, retry_on=is_transient),
     )
     builder.add_edge(START, "prepare")

@@ -17,7 +17,9 @@ def log_sample_set(store: BaseStore, sample_set: SampleSet, namespace: tuple[str
     store.put(namespace, sample_set.id, sample_set.model_dump(mode="json"), index=False)
 
 
-def iter_logged(store: BaseStore, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page: int = 100) -> Iterator[SampleSet]:
+def iter_logged(
+    store: BaseStore, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page: int = 100
+) -> Iterator[SampleSet]:
     offset = 0
     while items := store.search(namespace, limit=page, offset=offset):
         for item in items:
@@ -25,9 +27,7 @@ def iter_logged(store: BaseStore, namespace: tuple[str, ...] = DEFAULT_NAMESPACE
         offset += len(items)
 
 
-def export_sample_sets(
-    store: BaseStore, path: str | Path, namespace: tuple[str, ...] = DEFAULT_NAMESPACE
-) -> int:
+def export_sample_sets(store: BaseStore, path: str | Path, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> int:
     """Write every logged sample set to a JSONL file (oldest first); returns how many."""
     sets = sorted(iter_logged(store, namespace), key=lambda s: s.created_at)
     with Path(path).open("w", encoding="utf-8") as f:

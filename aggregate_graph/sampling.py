@@ -155,7 +155,12 @@ def _candidates(
 def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
     return [
         Candidate(
-            index=i, model=sampler.model_name, params=sampler.params, latency_s=latency, error=describe(exc), wave=draw.wave
+            index=i,
+            model=sampler.model_name,
+            params=sampler.params,
+            latency_s=latency,
+            error=describe(exc),
+            wave=draw.wave,
         )
         for i in draw.indices
     ]
@@ -254,7 +259,9 @@ async def adraw_candidates(
         return _failed(draw, sampler, exc, time.perf_counter() - started)
     done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
     if missing:
-        done += await _draw_singles_async(Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config)
+        done += await _draw_singles_async(
+            Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config
+        )
     return done
 
 
@@ -265,7 +272,9 @@ async def _draw_singles_async(
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
-            return await adraw_candidates(Draw(draw.sampler, (index,), draw.messages, draw.wave), sampler, policy, config)
+            return await adraw_candidates(
+                Draw(draw.sampler, (index,), draw.messages, draw.wave), sampler, policy, config
+            )
 
     batches = await asyncio.gather(*(one(i) for i in draw.indices))
     return [c for batch in batches for c in batch]

@@ -6,8 +6,9 @@ import sys
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "aggregate_graph.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "aggregate_graph.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_ask_shows_candidates_votes_and_final_answer(serve):

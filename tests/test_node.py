@@ -51,8 +51,12 @@ def test_answers_the_last_human_turn_inside_a_user_graph(serve):
 def test_candidate_progress_streams_through_the_parent(serve):
     server = serve(["#### 12"])
     graph = build(server)
-    progress = [chunk for chunk in graph.stream({"messages": [HumanMessage("3*4?")], "student": "Bo"},
-                                                stream_mode="custom", subgraphs=True)]
+    progress = [
+        chunk
+        for chunk in graph.stream(
+            {"messages": [HumanMessage("3*4?")], "student": "Bo"}, stream_mode="custom", subgraphs=True
+        )
+    ]
     assert sorted(event["candidate"] for _, event in progress) == list(range(8))
 
 

@@ -104,6 +104,10 @@ class OpenAITestServer:
         async def models() -> dict[str, Any]:
             return {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "test"}]}
 
+        @app.get("/test/stats")
+        async def stats() -> dict[str, int]:
+            return self.stats()
+
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
             body = await request.json()
@@ -125,18 +129,30 @@ class OpenAITestServer:
             prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
             replies = [self._reply(body, first + i) for i in range(n)]
             prompt_tokens = count_tokens(prompt)
-            completion_tokens = sum(count_tokens(r.decode("utf-8", "replace") if isinstance(r, bytes) else r)
-                                    for r in replies)
+            completion_tokens = sum(
+                count_tokens(r.decode("utf-8", "replace") if isinstance(r, bytes) else r) for r in replies
+            )
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
             return _completion(body.get("model") or self.model, replies, prompt_tokens, completion_tokens)
 
         return app
 
-    def start(self) -> OpenAITestServer:
+    def stats(self) -> dict[str, int]:
+        """Counters, also served at GET /test/stats for a server in another process."""
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "samples_served": self.samples_served,
+                "errors_sent": self.errors_sent,
+                "hangs": self.hangs,
+                "prompt_tokens_billed": self.prompt_tokens_billed,
+            }
+
+    def start(self, port: int = 0) -> OpenAITestServer:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1, backlog=4096)
         self._server = uvicorn.Server(config)
@@ -192,3 +208,35 @@ def _completion(model: str, replies: list[Reply], prompt_tokens: int, completion
     for marker, data in raw.items():
         body = body.replace(marker.encode(), data)
     return Response(body, media_type="application/json")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the server in its own process (benchmarks do, so the server's CPU is not the client's):
+    prints its base URL, then serves until killed."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m aggregate_graph.testing.openai_server")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--reply", action="append", help="a scripted reply (repeat for several)")
+    p.add_argument("--latency", type=float, default=0.0)
+    p.add_argument("--n-mode", choices=["honour", "ignore", "reject"], default="honour")
+    p.add_argument("--failure-rate", type=float, default=0.0)
+    p.add_argument("--failure-status", type=int, default=500)
+    args = p.parse_args(argv)
+    server = OpenAITestServer(
+        args.reply or ["The answer is 42."],
+        latency_s=args.latency,
+        n_mode=args.n_mode,
+        failure_rate=args.failure_rate,
+        failure_status=args.failure_status,
+    )
+    server.start(args.port)
+    print(server.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

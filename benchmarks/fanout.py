@@ -1,0 +1,218 @@
+"""Fan-out overhead, `n` billing and vote cost, measured in one run against the local test server.
+
+    python benchmarks/fanout.py            (or `make bench`)
+
+1. Graph wall time ÷ `asyncio.gather` of the same raw calls (100 ms server latency), N = 8 and 64: the same
+   `ChatOpenAI` calls the graph makes (the graph's own overhead), and bare `openai`-client calls.
+2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
+3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
+   Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
+   mix of equivalent LaTeX forms that forces math-verify calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+
+import httpx
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from openai import AsyncOpenAI
+
+from aggregate_graph import CandidatePolicy, MajorityVote, SampleSet, build_aggregate_graph
+from aggregate_graph.answers import _fingerprint, _parsed, _verify_with_timeout
+from aggregate_graph.sample_set import Candidate
+
+LATENCY_S = 0.1
+REPEATS = 7
+QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
+POOL = Path(__file__).resolve().parents[1].parent / "shared/data/samples/qwen25math_math_cot_100/math_cot_100.jsonl"
+
+
+@contextlib.contextmanager
+def server_process(*args: str) -> Iterator[str]:
+    """The test server in its own process, so its CPU time does not slow the client being measured."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aggregate_graph.testing.openai_server", *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def stats(base_url: str) -> dict[str, int]:
+    return httpx.get(base_url.removesuffix("/v1") + "/test/stats").json()
+
+
+async def _raw(client: AsyncOpenAI, n: int) -> None:
+    await asyncio.gather(
+        *(client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}]) for _ in range(n))
+    )
+
+
+async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, float]:
+    """Median wall time of each run; runs alternate so drift in machine load hits them alike."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for run in runs.values():
+        await run()  # warm-up: connections, imports, caches
+    # Move everything alive after warm-up out of the collector's reach, as long-running services do: otherwise
+    # a full collection over the imported libraries (~140 ms here) lands at random inside one side's timing.
+    gc.freeze()
+    for _ in range(REPEATS):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            await run()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+async def fanout_rows(base_url: str) -> list[tuple[str, str, str]]:
+    rows = []
+    client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
+    prompt = [HumanMessage(QUESTION)]
+    for n, target in ((8, 1.05), (64, 1.10)):
+        graph = build_aggregate_graph(model, n=n, policy=CandidatePolicy(use_n=False))
+        t = await _interleaved_medians(
+            {
+                "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
+                "model": lambda n=n: asyncio.gather(*(model.agenerate([prompt]) for _ in range(n))),
+                "openai": lambda n=n: _raw(client, n),
+            }
+        )
+        label = f"N={n}, {LATENCY_S * 1000:.0f} ms latency"
+        rows.append(
+            (
+                f"graph ÷ gather of the same ChatOpenAI calls, {label}",
+                f"{t['graph'] * 1000:.0f} ms ÷ {t['model'] * 1000:.0f} ms = {t['graph'] / t['model']:.3f}",
+                f"≤ {target}",
+            )
+        )
+        rows.append(
+            (
+                f"graph ÷ gather of bare openai-client calls, {label}",
+                f"{t['graph'] * 1000:.0f} ms ÷ {t['openai'] * 1000:.0f} ms = {t['graph'] / t['openai']:.3f}",
+                "(ChatOpenAI's own cost included)",
+            )
+        )
+    return rows
+
+
+def billing_rows() -> list[tuple[str, str, str]]:
+    billed = {}
+    for n_mode in ("honour", "ignore"):
+        with server_process("--reply", "#### 56", "--n-mode", n_mode) as base_url:
+            model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
+            build_aggregate_graph(model, n=8).invoke({"messages": [HumanMessage(QUESTION)]})
+            counters = stats(base_url)
+            billed[n_mode] = (counters["prompt_tokens_billed"], counters["calls"])
+    (with_n, calls_n), (without, calls) = billed["honour"], billed["ignore"]
+    return [
+        ("prompt tokens billed, N=8, server honours n", f"{with_n} ({calls_n} request)", ""),
+        ("prompt tokens billed, N=8, server ignores n", f"{without} ({calls} requests)", ""),
+        ("  ratio with n ÷ without", f"{with_n / without:.3f}", ""),
+    ]
+
+
+def _vote_ms(sets: list[SampleSet]) -> tuple[float, float]:
+    vote, times = MajorityVote(), []
+    vote.invoke(
+        SampleSet(
+            question="warm-up",
+            candidates=[  # math-verify loads its grammars on first use
+                Candidate(index=0, answer="x+1"),
+                Candidate(index=1, answer=r"\frac{1}{x}"),
+            ],
+        )
+    )
+    for s in sets:
+        for cache in (_verify_with_timeout, _parsed, _fingerprint):
+            cache.cache_clear()
+        started = time.perf_counter()
+        vote.invoke(s)
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.mean(times), max(times)
+
+
+def vote_rows() -> list[tuple[str, str, str]]:
+    rows = []
+    if POOL.exists():
+        problems = [json.loads(line) for line in POOL.open()]
+        sets = [
+            SampleSet(
+                question=p["question"],
+                candidates=[Candidate(index=i, text=p["pred"][i % 8], answer=p["pred"][i % 8]) for i in range(64)],
+            )
+            for p in problems
+        ]
+        mean, worst = _vote_ms(sets)
+        rows.append(
+            (
+                f"MajorityVote, 64 samples, real MATH pool ({len(sets)} sets, cold cache)",
+                f"mean {mean:.2f} ms, max {worst:.1f} ms",
+                "≤ 20 ms per set",
+            )
+        )
+    forms = [
+        r"\frac{1}{2}",
+        "0.5",
+        r"\dfrac12",
+        "1/2",
+        r"\frac{\sqrt{2}}{2}",
+        r"\frac{1}{\sqrt{2}}",
+        r"\sqrt{2}/2",
+        "x+1",
+        "1+x",
+        r"2\pi",
+        r"\pi \cdot 2",
+        "(1,2)",
+        r"\left(1, 2\right)",
+        "7",
+        "7.0",
+        r"\text{7}",
+    ]
+    synthetic = [
+        SampleSet(
+            question="q",
+            candidates=[
+                Candidate(index=i, text=forms[(i + shift) % len(forms)], answer=forms[(i + shift) % len(forms)])
+                for i in range(64)
+            ],
+        )
+        for shift in range(5)
+    ]
+    mean, worst = _vote_ms(synthetic)
+    rows.append(
+        (
+            "MajorityVote, 64 samples, 16 LaTeX forms in 7 classes (cold cache)",
+            f"mean {mean:.1f} ms, max {worst:.1f} ms",
+            "≤ 20 ms per set",
+        )
+    )
+    return rows
+
+
+def main() -> int:
+    with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
+        rows = asyncio.run(fanout_rows(base_url))
+    rows += billing_rows() + vote_rows()
+    width = max(len(r[0]) for r in rows)
+    print(f"{'measure':<{width}}  {'value':<36}  target")
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:<36}  {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
