@@ -1,5 +1,7 @@
 """aggregate-graph: sample several candidates in parallel with LangGraph and aggregate them."""
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
 from aggregate_graph.aggregators import AggregationError, Aggregator, MajorityVote
 from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
 from aggregate_graph.graph import AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
@@ -9,11 +11,18 @@ from aggregate_graph.node import AggregateNode
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 from aggregate_graph.sampling import CandidatePolicy, Sampler
 
-# For checkpointers in strict mode (LANGGRAPH_STRICT_MSGPACK=true):
-# JsonPlusSerializer(allowed_msgpack_modules=MSGPACK_TYPES) lets them restore this package's state.
+# The types this package keeps in graph state. LangGraph's checkpoint serializer warns when it restores types
+# it was not told about (and will refuse them in strict mode); `checkpoint_serde()` allows these explicitly.
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
+
+
+def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
+    """A checkpoint serializer that restores this package's state types (plus `extra` ones) without warnings,
+    also under LANGGRAPH_STRICT_MSGPACK: `InMemorySaver(serde=checkpoint_serde())`."""
+    return JsonPlusSerializer(allowed_msgpack_modules=[*MSGPACK_TYPES, *extra])
+
 
 __all__ = [
     "MSGPACK_TYPES",
@@ -32,6 +41,7 @@ __all__ = [
     "Usage",
     "build_aggregate_graph",
     "build_pool",
+    "checkpoint_serde",
     "equivalent",
     "export_sample_sets",
     "extract_answer",

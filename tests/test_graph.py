@@ -4,6 +4,7 @@ import asyncio
 import json
 
 import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
@@ -16,6 +17,7 @@ from aggregate_graph import (
     QuorumError,
     SampleSet,
     build_aggregate_graph,
+    checkpoint_serde,
     export_sample_sets,
     read_sample_sets,
 )
@@ -239,7 +241,11 @@ def test_resume_after_an_aggregator_failure_does_not_redraw_candidates(serve):
     server = serve(["#### 42"], latency_s=0.01)
     aggregator = FlakyAggregator()
     graph = build_aggregate_graph(
-        chat(server), n=4, aggregator=aggregator, checkpointer=InMemorySaver(), policy=CandidatePolicy(use_n=False)
+        chat(server),
+        n=4,
+        aggregator=aggregator,
+        checkpointer=InMemorySaver(serde=checkpoint_serde()),
+        policy=CandidatePolicy(use_n=False),
     )
     config = {"configurable": {"thread_id": "t1"}}
     with pytest.raises(RuntimeError, match="aggregator crashed"):
@@ -259,3 +265,26 @@ async def test_async_run_matches_sync(serve):
     s = (await graph.ainvoke(ASK))["sample_set"]
     assert [c.index for c in s.candidates] == [0, 1, 2, 3] and s.aggregation.votes == {"42": 2.0, "40": 2.0}
     assert s.aggregation.tie == ["42", "40"] and s.aggregation.answer == "42"  # tie → earliest candidate
+
+
+class BrokenModel(FakeListChatModel):
+    def _call(self, *args, **kwargs):
+        raise RuntimeError("model exploded")
+
+
+def test_a_python_model_that_always_raises_is_a_quorum_error():
+    graph = build_aggregate_graph(BrokenModel(responses=["unused"]), n=3, policy=FAST)
+    with pytest.raises(QuorumError, match="RuntimeError: model exploded") as err:
+        graph.invoke(ASK)
+    assert [c.error for c in err.value.sample_set.candidates] == ["RuntimeError: model exploded"] * 3
+
+
+def test_checkpoint_serde_restores_state_without_unregistered_type_warnings(serve, caplog):
+    server = serve(["#### 42"])
+    graph = build_aggregate_graph(chat(server), n=2, checkpointer=InMemorySaver(serde=checkpoint_serde()))
+    config = {"configurable": {"thread_id": "strict"}}
+    graph.invoke(ASK, config)
+    with caplog.at_level("WARNING"):
+        state = graph.get_state(config).values
+    assert isinstance(state["sample_set"], SampleSet) and state["candidates"][0].answer == "42"
+    assert "unregistered type" not in caplog.text
