@@ -1,0 +1,66 @@
+"""MajorityVote as a Runnable over sample sets, and against a real multi-sample pool's reference numbers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from aggregate_graph import AggregationError, Candidate, MajorityVote, SampleSet, equivalent
+
+POOL = (
+    Path(__file__).parents[1].parent / "shared/data/samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"
+)
+SYSTEMS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
+
+
+def sample_set(answers, models=None):
+    return SampleSet(
+        question="q",
+        candidates=[
+            Candidate(index=i, text=f"#### {a}", answer=a, model=(models or ["m"] * len(answers))[i])
+            for i, a in enumerate(answers)
+        ],
+    )
+
+
+def test_votes_count_equivalent_answers_together():
+    result = MajorityVote().invoke(sample_set([r"\frac{1}{2}", "0.5", "2", "1/2", None]))
+    assert result.answer == "0.5" and result.votes == {"0.5": 3.0, "2": 1.0}
+    assert result.support == [0, 1, 3] and result.tie is None and result.details["abstained"] == 1
+
+
+def test_ties_go_to_the_earliest_candidate_and_are_reported():
+    result = MajorityVote().invoke(sample_set(["7", "8", "8", "7"]))
+    assert result.answer == "7" and result.tie == ["7", "8"]
+
+
+def test_weights_by_model_name_and_by_function():
+    s = sample_set(["7", "8", "8"], models=["strong", "weak", "weak"])
+    assert MajorityVote(weights={"strong": 3.0}).invoke(s).answer == "7"
+    assert MajorityVote(weights=lambda c: 0.1 if c.answer == "8" else 1.0).invoke(s).votes == {"7": 1.0, "8": 0.2}
+
+
+async def test_async_and_dict_input():
+    s = sample_set(["3", "3", "4"])
+    assert (await MajorityVote().ainvoke(s.model_dump(mode="json"))).answer == "3"
+
+
+def test_bad_input_is_named():
+    with pytest.raises(TypeError, match="aggregators take a SampleSet"):
+        MajorityVote().invoke("not a sample set")
+    with pytest.raises(AggregationError, match="no candidate stated an extractable final answer"):
+        MajorityVote().invoke(sample_set([None, None]))
+
+
+def test_reproduces_the_gpt3_pool_reference_majority():
+    """../shared/data/README.md: 4 GPT-3 systems on GSM8K test, maj@4 = 44.28 (ties to the first), pass@4 = 67.25."""
+    rows = [json.loads(line) for line in POOL.open()]
+    vote, correct, oracle = MajorityVote(), 0, 0
+    for row in rows:
+        gold = row["ground_truth"].rsplit("A:", 1)[-1].strip()
+        answers = [row[k]["solution"].rsplit("A:", 1)[-1].strip() for k in SYSTEMS]
+        correct += equivalent(vote.invoke(sample_set(answers)).answer, gold)
+        oracle += any(row[k]["is_correct"] for k in SYSTEMS)
+    assert len(rows) == 1319
+    assert abs(100 * correct / len(rows) - 44.28) <= 1.0
+    assert round(100 * oracle / len(rows), 2) == 67.25
