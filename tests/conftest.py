@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,14 @@ from aggregate_graph.testing import OpenAITestServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SmolLM2, converted once per test session into a temporary cache."""
+    from aggregate_graph.local import smollm2_path
+
+    return smollm2_path(tmp_path_factory.mktemp("aggregate_graph_cache"))
 
 
 @pytest.fixture

@@ -1,0 +1,390 @@
+"""A LangChain chat model that runs a small transformers model in-process on CPU.
+
+torch and transformers are imported lazily so that importing this module (and the
+package around it) stays cheap for code paths that never touch the local model.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    UsageMetadata,
+)
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
+
+from aggregate_graph.local.smollm2 import MODEL_NAME, smollm2_path
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
+
+# Shared by the model's fields and by per-call overrides, so both are checked alike.
+PositiveInt = Annotated[int, Field(ge=1)]
+Temperature = Annotated[float, Field(ge=0.0)]
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
+
+_ROLES = {"system": "system", "human": "user", "ai": "assistant"}
+
+
+class _SamplingParams(BaseModel, frozen=True):
+    n: PositiveInt
+    temperature: Temperature
+    top_p: TopP
+    max_new_tokens: PositiveInt
+    seed: int | None
+    """This call's own seed; the model's `seed` field seeds its stream of calls instead."""
+
+
+@dataclass(frozen=True)
+class _Completion:
+    text: str
+    output_tokens: int
+    finish_reason: str
+
+
+class LocalChatModel(BaseChatModel):
+    """Chat model backed by a local transformers folder (default: SmolLM2-135M-Instruct).
+
+    Weights load on first use and are shared by all calls on this instance; calls
+    are serialised because a single CPU model gains nothing from running them
+    concurrently.
+    """
+
+    model_path: str | None = None
+    """Local transformers model folder; `None` uses the converted SmolLM2 weights."""
+    max_new_tokens: PositiveInt = 256
+    temperature: Temperature = 0.7
+    top_p: TopP = 0.95
+    n: PositiveInt = 1
+    seed: int | None = None
+    """Seeds this instance's sampling once: successive calls differ, yet the whole sequence
+    of calls is reproducible. A per-call `seed` option makes one call reproducible by itself."""
+    torch_threads: PositiveInt | None = None
+    """Passed to `torch.set_num_threads` on load; note that it is process-wide."""
+
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+    _tokenizer: PreTrainedTokenizerBase | None = PrivateAttr(default=None)
+    _model: PreTrainedModel | None = PrivateAttr(default=None)
+    _rng_state: torch.Tensor | None = PrivateAttr(default=None)
+
+    @field_validator("model_path")
+    @classmethod
+    def _check_model_path(cls, value: str | None) -> str | None:
+        # Fail at construction rather than at the first call, and never fall
+        # through to transformers treating an unknown string as a Hub model id.
+        if value is not None and not (Path(value) / "config.json").is_file():
+            raise ValueError(
+                f"model_path {value!r} is not a local transformers model folder "
+                "(no config.json found there); leave it unset to use SmolLM2-135M-Instruct"
+            )
+        return value
+
+    @property
+    def model_name(self) -> str:
+        return MODEL_NAME if self.model_path is None else Path(self.model_path).name
+
+    @property
+    def _llm_type(self) -> str:
+        return "aggregate-graph-local"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {
+            "model_name": self.model_name,
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "n": self.n,
+            "seed": self.seed,
+        }
+
+    def _combine_llm_outputs(self, llm_outputs: list[dict[str, Any] | None], /) -> dict[str, Any]:
+        # generate() reports only this combination, and the base class returns {}:
+        # sum the per-prompt usage like ChatOpenAI does. Streamed and cached results
+        # carry no llm_output; their usage stays on each message's usage_metadata.
+        totals: dict[str, int] = {}
+        for output in llm_outputs:
+            for key, value in (output or {}).get("token_usage", {}).items():
+                totals[key] = totals.get(key, 0) + value
+        return {"token_usage": totals, "model_name": self.model_name}
+
+    def _streaming_disabled(self, **kwargs: Any) -> bool:
+        # LangChain routes invoke() through _stream whenever a streaming callback is
+        # attached (e.g. LangGraph's "messages" stream mode). _stream yields a
+        # single completion, so n > 1 must stay on _generate to keep all n.
+        return self._sampling_params(kwargs).n > 1 or super()._streaming_disabled(**kwargs)
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        params = self._sampling_params(kwargs)
+        sample = params.temperature > 0
+        with self._lock:
+            tokenizer, model = self._load()
+            inputs = self._encode(tokenizer, messages)
+            prompt_tokens = inputs["input_ids"].shape[1]
+            # Greedy decoding yields n identical answers and transformers refuses
+            # num_return_sequences > 1 without sampling, so decode once and repeat.
+            with self._randomness(params.seed):
+                sequences = model.generate(
+                    **inputs,
+                    **self._generation_kwargs(params, stop, tokenizer),
+                    num_return_sequences=params.n if sample else 1,
+                )
+        eos_ids = _end_token_ids(model)
+        completions = [_complete(tokenizer, row[prompt_tokens:].tolist(), eos_ids, stop) for row in sequences]
+        if not sample:
+            completions *= params.n
+
+        generations = [ChatGeneration(message=self._message(c, prompt_tokens)) for c in completions]
+        completion_tokens = sum(c.output_tokens for c in completions)
+        return ChatResult(
+            generations=generations,
+            llm_output={
+                # One shared prompt for all n sequences, billed once.
+                "token_usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+                "model_name": self.model_name,
+            },
+        )
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        import torch
+        from transformers import TextIteratorStreamer
+
+        params = self._sampling_params(kwargs)
+        if params.n != 1:
+            raise ValueError("streaming produces a single completion; use invoke() for n > 1")
+        stops = [s for s in stop or [] if s]
+
+        with self._lock:
+            tokenizer, model = self._load()
+            inputs = self._encode(tokenizer, messages)
+            prompt_tokens = inputs["input_ids"].shape[1]
+            streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+            cancelled = threading.Event()
+            outcome: dict[str, Any] = {}
+
+            def cancel_requested(input_ids: torch.Tensor, scores: Any, **_: Any) -> torch.Tensor:
+                return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+
+            def run() -> None:
+                try:
+                    outcome["sequences"] = model.generate(
+                        **inputs,
+                        **self._generation_kwargs(params, stops, tokenizer),
+                        streamer=streamer,
+                        stopping_criteria=[cancel_requested],
+                    )
+                except BaseException as error:  # re-raised in the consuming thread below
+                    outcome["error"] = error
+                    streamer.end()  # unblocks the iteration below
+
+            worker = threading.Thread(target=run, name="local-chat-model-stream", daemon=True)
+            with self._randomness(params.seed):
+                worker.start()
+                try:
+                    pending = ""
+                    for piece in streamer:
+                        pending += piece
+                        cut = _first_stop(pending, stops)
+                        if cut is not None:
+                            if pending[:cut]:
+                                yield _text_chunk(pending[:cut])
+                            break
+                        # Hold back a tail that could still grow into a stop string.
+                        ready = len(pending) - _stop_prefix_overlap(pending, stops)
+                        if ready:
+                            yield _text_chunk(pending[:ready])
+                            pending = pending[ready:]
+                    else:
+                        if pending:
+                            yield _text_chunk(pending)
+                finally:
+                    # Also reached when the consumer abandons the stream: stop the worker
+                    # instead of letting it decode up to max_new_tokens under the lock.
+                    cancelled.set()
+                    worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+
+        generated = outcome["sequences"][0, prompt_tokens:].tolist()
+        completion = _complete(tokenizer, generated, _end_token_ids(model), stops)
+        final = self._message(completion, prompt_tokens)
+        yield ChatGenerationChunk(
+            message=AIMessageChunk(
+                content="",
+                usage_metadata=final.usage_metadata,
+                response_metadata=final.response_metadata,
+                chunk_position="last",
+            )
+        )
+
+    def _sampling_params(self, overrides: Mapping[str, Any]) -> _SamplingParams:
+        # `stream` is LangChain's own switch between invoke and _stream; it has
+        # already done its job by the time a call reaches this model.
+        unknown = set(overrides) - {"n", "temperature", "top_p", "max_new_tokens", "max_tokens", "seed", "stream"}
+        if unknown:
+            raise TypeError(f"LocalChatModel got unsupported call options: {sorted(unknown)}")
+        return _SamplingParams(
+            n=overrides.get("n", self.n),
+            temperature=overrides.get("temperature", self.temperature),
+            top_p=overrides.get("top_p", self.top_p),
+            max_new_tokens=overrides.get("max_new_tokens", overrides.get("max_tokens", self.max_new_tokens)),
+            seed=overrides.get("seed"),
+        )
+
+    @contextmanager
+    def _randomness(self, call_seed: int | None) -> Iterator[None]:
+        """Sampling randomness for one call; use with `self._lock` held.
+
+        The CPU generator is process-wide: a seeded call runs on its own saved
+        state and puts the caller's state back afterwards.
+        """
+        import torch
+
+        if call_seed is None and self.seed is None:
+            yield
+            return
+        with torch.random.fork_rng(devices=[]):
+            if call_seed is not None:
+                torch.manual_seed(call_seed)
+                yield
+                return
+            if self._rng_state is None:
+                torch.manual_seed(self.seed)
+            else:
+                torch.set_rng_state(self._rng_state)
+            yield
+            self._rng_state = torch.get_rng_state()
+
+    def _load(self) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
+        """Load tokenizer and weights once per instance; call with `self._lock` held."""
+        if self._tokenizer is None or self._model is None:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+
+            if self.torch_threads is not None:
+                torch.set_num_threads(self.torch_threads)
+            path = Path(self.model_path) if self.model_path is not None else smollm2_path()
+            self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            self._model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+        return self._tokenizer, self._model
+
+    @staticmethod
+    def _encode(tokenizer: PreTrainedTokenizerBase, messages: Sequence[BaseMessage]) -> BatchEncoding:
+        conversation = [{"role": _role(m), "content": str(m.text)} for m in messages]
+        return tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
+
+    @staticmethod
+    def _generation_kwargs(
+        params: _SamplingParams, stop: Sequence[str] | None, tokenizer: PreTrainedTokenizerBase
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"max_new_tokens": params.max_new_tokens}
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+        else:
+            kwargs["do_sample"] = False
+        if stop:
+            # Ends decoding as soon as a stop string appears instead of running to
+            # max_new_tokens; the text is cut at the stop string afterwards.
+            kwargs.update(stop_strings=list(stop), tokenizer=tokenizer)
+        return kwargs
+
+    def _message(self, completion: _Completion, prompt_tokens: int) -> AIMessage:
+        return AIMessage(
+            content=completion.text,
+            usage_metadata=UsageMetadata(
+                input_tokens=prompt_tokens,
+                output_tokens=completion.output_tokens,
+                total_tokens=prompt_tokens + completion.output_tokens,
+            ),
+            response_metadata={
+                "finish_reason": completion.finish_reason,
+                "model_name": self.model_name,
+            },
+        )
+
+
+def _role(message: BaseMessage) -> str:
+    if isinstance(message, ChatMessage):
+        return message.role
+    if message.type not in _ROLES:
+        raise ValueError(f"LocalChatModel supports system, human and ai messages, not {message.type!r}")
+    return _ROLES[message.type]
+
+
+def _end_token_ids(model: PreTrainedModel) -> set[int]:
+    """Token ids that end a sequence: EOS, and the padding after it in a batch."""
+    config = model.generation_config
+    eos = config.eos_token_id
+    ids = set(eos) if isinstance(eos, list) else {eos}
+    ids.add(config.pad_token_id)
+    return {i for i in ids if i is not None}
+
+
+def _complete(
+    tokenizer: PreTrainedTokenizerBase,
+    generated: list[int],
+    end_ids: set[int],
+    stop: Sequence[str] | None,
+) -> _Completion:
+    body_len = next((i for i, token in enumerate(generated) if token in end_ids), len(generated))
+    ended = body_len < len(generated)
+    text = tokenizer.decode(generated[:body_len], skip_special_tokens=True)
+    cut = _first_stop(text, stop)
+    if cut is not None:
+        # Decoding stopped right after the stop string; what follows in the row is
+        # batch padding, not a generated EOS, so it is not counted.
+        return _Completion(text=text[:cut], output_tokens=body_len, finish_reason="stop")
+    return _Completion(
+        text=text,
+        output_tokens=body_len + int(ended),
+        finish_reason="stop" if ended else "length",
+    )
+
+
+def _first_stop(text: str, stop: Sequence[str] | None) -> int | None:
+    """Index of the earliest stop string in `text`, if any."""
+    hits = [i for s in stop or [] if s and (i := text.find(s)) >= 0]
+    return min(hits, default=None)
+
+
+def _stop_prefix_overlap(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest tail of `text` that is the start of some stop string."""
+    return max(
+        (k for s in stops for k in range(min(len(s) - 1, len(text)), 0, -1) if text.endswith(s[:k])),
+        default=0,
+    )
+
+
+def _text_chunk(text: str) -> ChatGenerationChunk:
+    return ChatGenerationChunk(message=AIMessageChunk(content=text))
