@@ -19,7 +19,7 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from aggregate_graph.aggregators import AggregationError, MajorityVote
 from aggregate_graph.answers import group_equivalent
@@ -31,9 +31,9 @@ from aggregate_graph.sampling import (
     Draw,
     Sampler,
     adraw_candidates,
-    describe,
     draw_candidates,
     is_transient,
+    message_text,
 )
 
 MAX_N = 512
@@ -56,12 +56,6 @@ class AdaptiveSampling(BaseModel):
     agreement: float = Field(default=0.75, gt=0, le=1)
     min_agreeing: int = Field(default=2, ge=1)
 
-    @model_validator(mode="after")
-    def _reachable(self) -> AdaptiveSampling:
-        if self.min_agreeing > self.first_wave + 64 * self.wave_size:
-            raise ValueError("min_agreeing is larger than any run could draw")
-        return self
-
     def satisfied(self, candidates: Sequence[Candidate]) -> bool:
         answered = [c.answer for c in candidates if c.ok and c.answer is not None]
         if not answered:
@@ -82,12 +76,6 @@ class AggregateState(TypedDict, total=False):
     question: str
     candidates: Annotated[list[Candidate], merge_candidates]
     sample_set: SampleSet | None
-
-
-def message_text(message: BaseMessage) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in message.content)
 
 
 def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
@@ -294,6 +282,5 @@ __all__ = [
     "QuorumError",
     "build_aggregate_graph",
     "check_n",
-    "describe",
     "last_turn",
 ]

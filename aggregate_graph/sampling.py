@@ -93,7 +93,7 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 
-def _message_text(message: BaseMessage) -> str:
+def message_text(message: BaseMessage) -> str:
     if isinstance(message.content, str):
         return message.content
     return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in message.content)
@@ -133,7 +133,7 @@ def _candidates(
     out = []
     for index, generation in zip(draw.indices, generations, strict=False):
         message = generation.message if isinstance(generation, ChatGeneration) else None
-        text = _message_text(message) if message is not None else generation.text
+        text = message_text(message) if message is not None else generation.text
         meta = {**(message.response_metadata if message is not None else {}), **(generation.generation_info or {})}
         out.append(
             Candidate(

@@ -288,3 +288,11 @@ def test_checkpoint_serde_restores_state_without_unregistered_type_warnings(serv
         state = graph.get_state(config).values
     assert isinstance(state["sample_set"], SampleSet) and state["candidates"][0].answer == "42"
     assert "unregistered type" not in caplog.text
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_concurrency_is_bounded(serve, run):
+    server = serve(["#### 42"], latency_s=0.1)
+    graph = build_aggregate_graph(chat(server), n=6, policy=CandidatePolicy(use_n=False), max_concurrency=2)
+    out = graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
+    assert len(out["sample_set"].succeeded) == 6 and server.max_in_flight == 2

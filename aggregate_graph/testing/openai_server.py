@@ -65,6 +65,8 @@ class OpenAITestServer:
         self.prompt_tokens_billed = 0
         self.errors_sent = 0
         self.hangs = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.app = self._build_app()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -110,6 +112,16 @@ class OpenAITestServer:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
+            with self._lock:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            try:
+                return await answer(request)
+            finally:
+                with self._lock:
+                    self.in_flight -= 1
+
+        async def answer(request: Request) -> Response:
             body = await request.json()
             fault = self._admit(body)
             if self.latency_s:
@@ -147,6 +159,7 @@ class OpenAITestServer:
                 "errors_sent": self.errors_sent,
                 "hangs": self.hangs,
                 "prompt_tokens_billed": self.prompt_tokens_billed,
+                "max_in_flight": self.max_in_flight,
             }
 
     def start(self, port: int = 0) -> OpenAITestServer:
