@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,8 @@ from aggregate_graph.sample_set import Candidate
 LATENCY_S = 0.1
 REPEATS = 7
 QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
-POOL = Path(__file__).resolve().parents[1].parent / "shared/data/samples/qwen25math_math_cot_100/math_cot_100.jsonl"
+DATA = Path(os.environ.get("AGGREGATE_GRAPH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+POOL = DATA / "samples/qwen25math_math_cot_100/math_cot_100.jsonl"
 
 
 @contextlib.contextmanager

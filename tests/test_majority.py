@@ -1,15 +1,13 @@
 """MajorityVote as a Runnable over sample sets, and against a real multi-sample pool's reference numbers."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from aggregate_graph import AggregationError, Candidate, MajorityVote, SampleSet, equivalent
+from tests.conftest import shared_data
 
-POOL = (
-    Path(__file__).parents[1].parent / "shared/data/samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"
-)
+POOL = "samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"
 SYSTEMS = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
 
 
@@ -54,7 +52,7 @@ def test_bad_input_is_named():
 
 def test_reproduces_the_gpt3_pool_reference_majority():
     """../shared/data/README.md: 4 GPT-3 systems on GSM8K test, maj@4 = 44.28 (ties to the first), pass@4 = 67.25."""
-    rows = [json.loads(line) for line in POOL.open()]
+    rows = [json.loads(line) for line in shared_data(POOL).open()]
     vote, correct, oracle = MajorityVote(), 0, 0
     for row in rows:
         gold = row["ground_truth"].rsplit("A:", 1)[-1].strip()
