@@ -7,7 +7,8 @@
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
-   mix of equivalent LaTeX forms that forces math-verify calls.
+   mix of equivalent LaTeX forms: the first time the process sees those forms (math-verify parses each one,
+   ~10-20 ms a form) and then with this package's caches cleared (math-verify's own parse cache stays warm).
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def billing_rows() -> list[tuple[str, str, str]]:
     ]
 
 
-def _vote_ms(sets: list[SampleSet]) -> tuple[float, float]:
+def _vote_ms(sets: list[SampleSet]) -> list[float]:
     vote, times = MajorityVote(), []
     vote.invoke(
         SampleSet(
@@ -144,7 +145,7 @@ def _vote_ms(sets: list[SampleSet]) -> tuple[float, float]:
         started = time.perf_counter()
         vote.invoke(s)
         times.append((time.perf_counter() - started) * 1000)
-    return statistics.mean(times), max(times)
+    return times
 
 
 def vote_rows() -> list[tuple[str, str, str]]:
@@ -158,7 +159,8 @@ def vote_rows() -> list[tuple[str, str, str]]:
             )
             for p in problems
         ]
-        mean, worst = _vote_ms(sets)
+        times = _vote_ms(sets)
+        mean, worst = statistics.mean(times), max(times)
         rows.append(
             (
                 f"MajorityVote, 64 samples, real MATH pool ({len(sets)} sets, cold cache)",
@@ -194,11 +196,11 @@ def vote_rows() -> list[tuple[str, str, str]]:
         )
         for shift in range(5)
     ]
-    mean, worst = _vote_ms(synthetic)
+    first, *again = _vote_ms(synthetic)
     rows.append(
         (
-            "MajorityVote, 64 samples, 16 LaTeX forms in 7 classes (cold cache)",
-            f"mean {mean:.1f} ms, max {worst:.1f} ms",
+            "MajorityVote, 64 samples, 16 LaTeX forms in 7 classes",
+            f"first sight {first:.0f} ms; then mean {statistics.mean(again):.1f} ms",
             "≤ 20 ms per set",
         )
     )
