@@ -11,10 +11,10 @@ daemon thread that we stop waiting for after `VERIFY_TIMEOUT_S`.
 
 from __future__ import annotations
 
-import cmath
 import logging
 import re
 import threading
+import zlib
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import lru_cache
@@ -39,7 +39,6 @@ VERIFY_TIMEOUT_S = 2.0
 # Longer "answers" are prose, not a final answer; comparing them symbolically costs much and means little.
 MAX_ANSWER_CHARS = 200
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _GSM8K = re.compile(r"####\s*([^\n]+)")
 _ANSWER_IS = re.compile(
     r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*(.+?)(?:\.\s|\.?\s*$|\n)", re.IGNORECASE
@@ -49,14 +48,14 @@ _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
 def _last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` (or `\\fbox{...}`), with nested braces balanced."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
+    boxed, fbox = text.rfind("\\boxed"), text.rfind("\\fbox")
+    if boxed < 0 and fbox < 0:
         return None
-    open_at = text.find("{", start)
-    if open_at < 0:
-        # `\boxed 5` form
-        rest = text[start + len("\\boxed") :].strip()
-        return rest.split()[0].rstrip("$.") if rest else None
+    start = max(boxed, fbox) + (len("\\boxed") if boxed > fbox else len("\\fbox"))
+    rest = text[start:].lstrip()
+    if not rest.startswith("{"):  # the `\boxed 5` form
+        return rest.split()[0].rstrip("$.") if rest.strip() else None
+    open_at = len(text) - len(rest)
     depth = 0
     for i in range(open_at, len(text)):
         if text[i] == "{":
@@ -68,30 +67,38 @@ def _last_boxed(text: str) -> str | None:
     return None  # unbalanced: no trustworthy answer
 
 
-def extract_answer(text: str | None) -> str | None:
+def _last_answer_tag(text: str) -> str | None:
+    """Content of the last `<answer>…</answer>` (found from the end: linear even in a flood of open tags)."""
+    lowered = text.lower()
+    close = lowered.rfind("</answer>")
+    open_at = lowered.rfind("<answer>", 0, close) if close >= 0 else -1
+    return text[open_at + len("<answer>") : close] if open_at >= 0 else None
+
+
+def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
     """The final answer stated in a solution, or None.
 
     Tried in order: the last `\\boxed{…}`, the last `<answer>…</answer>`, GSM8K's `#### N`, the last
-    "The answer is …", and finally the last number in the text.
+    "The answer is …", and finally (unless `last_number=False`, as for a cut-off solution) the last number.
     """
     if not text:
         return None
     found: str | None = _last_boxed(text)
-    if found is None and (tags := _ANSWER_TAG.findall(text)):
-        inner = tags[-1].strip()
-        found = _last_boxed(inner) or inner
+    if found is None and (tag := _last_answer_tag(text)) is not None:
+        found = _last_boxed(tag) or tag.strip()
     if found is None and (marks := _GSM8K.findall(text)):
         found = marks[-1]
     if found is None and (stated := _ANSWER_IS.findall(text)):
         found = _last_boxed(stated[-1]) or stated[-1]
-    if found is None and (numbers := _NUMBER.findall(text[-2000:])):
+    if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
         found = numbers[-1]
     if found is None:
         return None
-    found = found.strip().strip("$").strip()
+    found = found.strip().strip("$*`").strip()  # also markdown emphasis: "The answer is **18**."
     return found or None
 
 
+_NUMBER_WITH_UNIT = re.compile(r"^(-?\$?[\d,]*\.?\d+)\s+[A-Za-z]{2,}[A-Za-z ]*\.?$")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _FRAC = re.compile(r"^(-?)\\frac\{(-?\d+)\}\{(\d+)\}$|^(-?)\\frac(\d)(\d)$")
@@ -106,7 +113,9 @@ def normalize_answer(answer: str | None) -> str | None:
     s = answer.strip()
     if (boxed := _last_boxed(s)) is not None and s.startswith(("\\boxed", "\\fbox")):
         s = boxed
-    s = _TEXT_WRAPPER.sub(r"\1", s)
+    s = _TEXT_WRAPPER.sub(r"\1", s).strip("*`").strip()
+    if m := _NUMBER_WITH_UNIT.match(s):  # "18 dollars", "3.5 meters"
+        s = m.group(1)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\left", "").replace("\\right", "")
     s = s.replace("$", "").replace("\\%", "").replace("%", "").replace("\\!", "").replace("\\,", "")
     s = _THOUSANDS.sub("", s)
@@ -140,8 +149,13 @@ def _format_number(value: Fraction) -> str:
     return f"{value.numerator}/{value.denominator}"
 
 
+class _Undecided(Exception):
+    """math-verify ran out of time. Raised rather than returned so that lru_cache does not keep the verdict:
+    a slow moment (first grammar load, a busy CPU) must not split a class for the rest of the process."""
+
+
 def _within_timeout(fn: Callable[[], T], default: T) -> T:
-    """`fn()` in a daemon thread, or `default` if it fails or runs past `VERIFY_TIMEOUT_S`."""
+    """`fn()` in a daemon thread; `default` if it raises; `_Undecided` if it runs past `VERIFY_TIMEOUT_S`."""
     result: list[T] = []
 
     def run() -> None:
@@ -149,13 +163,15 @@ def _within_timeout(fn: Callable[[], T], default: T) -> T:
             result.append(fn())
         except Exception:  # unparseable or unsupported input means "not shown equal", not a crashed vote
             logger.debug("math-verify failed", exc_info=True)
+            result.append(default)
 
     worker = threading.Thread(target=run, daemon=True, name="math-verify")
     worker.start()
     worker.join(VERIFY_TIMEOUT_S)
-    if not result and worker.is_alive():
+    if not result:
         logger.warning("math-verify took over %.1fs; treating the answers as different", VERIFY_TIMEOUT_S)
-    return result[0] if result else default
+        raise _Undecided
+    return result[0]
 
 
 @lru_cache(maxsize=65536)
@@ -165,26 +181,49 @@ def _parsed(form: str) -> tuple[Any, ...]:
     return tuple(_within_timeout(lambda: parse(f"${form}$", parsing_timeout=None), []))  # type: ignore[arg-type]
 
 
-@lru_cache(maxsize=65536)
-def _fingerprint(form: str) -> tuple[complex, ...] | None:
-    """Values of a parsed expression at two fixed irrational points, or None if it is not a plain expression.
+_DIGITS = 45  # values are computed to 60 digits and compared on 45: equal expressions agree far beyond that
 
-    Two expressions that agree at both points are the same answer (a random polynomial identity test);
-    ones that differ are different, so most pairs need no symbolic comparison."""
+
+def _point(symbol: Any, j: int) -> Any:
+    """The value a symbol takes at test point j: fixed by its name, so `x` means the same in both answers
+    and different names (`x`, `y`; choices `A`, `B`) get different values."""
     import sympy
 
+    return sympy.Rational(zlib.crc32(str(symbol).encode()) + 1, 2**32) + sympy.sqrt(2 + j)
+
+
+def _rounded(value: Any) -> str:
+    import sympy
+
+    # |x| < 1e-40 is a rounding residue of an exact zero (e.g. sin(pi) evaluated numerically)
+    parts = ("0" if abs(part) < 1e-40 else str(sympy.Float(part, _DIGITS)) for part in value.as_real_imag())
+    return "{} {}i".format(*parts)
+
+
+@lru_cache(maxsize=65536)
+def _value_key(form: str) -> tuple[str, ...] | None:
+    """The values of an answer at two fixed points, rounded to 45 digits, or None if it is not a plain number
+    or expression (sets, tuples, intervals, equations, text that does not parse).
+
+    Equal keys mean the same answer (a polynomial identity test at points where collisions are practically
+    impossible); different keys mean different answers, so most pairs need no symbolic comparison."""
+    import sympy
+
+    if (number := numeric_value(form)) is not None:  # plain numbers: exact, and no parse needed
+        key = _rounded(sympy.Rational(number.numerator, number.denominator).evalf(60))
+        return key, key
     parsed = _parsed(form)
     expr = parsed[0] if parsed else None
     if not isinstance(expr, sympy.Expr):
         return None
 
-    def evaluate() -> tuple[complex, ...]:
-        symbols = sorted(expr.free_symbols, key=str)
-        points = [{x: sympy.sqrt(2 + 3 * i + j) for i, x in enumerate(symbols)} for j in (0, 1)]
-        return tuple(complex(expr.subs(point).evalf(30)) for point in points)
+    def evaluate() -> tuple[str, ...] | None:
+        values = [expr.subs({x: _point(x, j) for x in expr.free_symbols}).evalf(60) for j in (0, 1)]
+        if not all(v.is_number and v.is_finite for v in values):
+            return None
+        return tuple(_rounded(v) for v in values)
 
-    values = _within_timeout(evaluate, None)
-    return values if values is not None and all(cmath.isfinite(v) for v in values) else None
+    return _within_timeout(evaluate, None)
 
 
 def _math_verify(a: str, b: str) -> bool:
@@ -201,8 +240,23 @@ def _verify_with_timeout(a: str, b: str) -> bool:
     return _within_timeout(lambda: _math_verify(a, b), False)
 
 
-def _close(x: complex, y: complex) -> bool:
-    return abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y))
+def _is_collection(form: str) -> bool:
+    import sympy
+
+    parsed = _parsed(form)
+    return bool(parsed) and isinstance(parsed[0], sympy.Tuple | sympy.Set | sympy.MatrixBase | tuple | list)
+
+
+def _symbolically_equal(a: str, b: str) -> bool:
+    """For forms without a value key: math-verify, unless one side has a value and the other is a collection."""
+    if (_value_key(a) is not None and _is_collection(b)) or (_value_key(b) is not None and _is_collection(a)):
+        return False  # a number or expression is never a tuple, set, interval or matrix
+    return _verify_with_timeout(*sorted((a, b)))
+
+
+def _comparable(answer: str | None) -> str | None:
+    form = normalize_answer(answer)
+    return form if form is not None and len(form) <= MAX_ANSWER_CHARS else None
 
 
 def equivalent(a: str | None, b: str | None) -> bool:
@@ -212,41 +266,53 @@ def equivalent(a: str | None, b: str | None) -> bool:
         return False
     if na == nb:
         return True
-    if numeric_value(na) is not None and numeric_value(nb) is not None:
-        return False  # two different exact numbers
-    if len(na) > MAX_ANSWER_CHARS or len(nb) > MAX_ANSWER_CHARS:
+    na, nb = _comparable(na), _comparable(nb)
+    if na is None or nb is None:
         return False
-    fa, fb = _fingerprint(na), _fingerprint(nb)
-    if fa is not None and fb is not None:
-        return all(_close(x, y) for x, y in zip(fa, fb, strict=True))
-    if (fa is not None and _is_collection(nb)) or (fb is not None and _is_collection(na)):
-        return False  # a number or expression is never a tuple, set, interval or matrix
-    return _verify_with_timeout(*sorted((na, nb)))
-
-
-def _is_collection(form: str) -> bool:
-    import sympy
-
-    parsed = _parsed(form)
-    return bool(parsed) and isinstance(parsed[0], sympy.Tuple | sympy.Set | sympy.MatrixBase | tuple | list)
+    try:
+        ka, kb = _value_key(na), _value_key(nb)
+        if ka is not None and kb is not None:
+            return ka == kb
+        return _symbolically_equal(na, nb)
+    except _Undecided:
+        return False
 
 
 def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:
     """Equivalence classes of `answers` as lists of positions, in order of first appearance.
 
-    Answers are bucketed by normal form first, so math-verify is called only between distinct normal
-    forms that are not both plain numbers, once per (form, class) pair. None answers join no class.
+    Answers are bucketed by normal form, then numbers and expressions by their value key (a dict lookup, no
+    pairwise work); math-verify's symbolic check runs only between the remaining forms (sets, tuples,
+    intervals, equations) and the classes of such forms. None answers join no class.
     """
     buckets: dict[str, list[int]] = {}
     for i, answer in enumerate(answers):
         if (form := normalize_answer(answer)) is not None:
             buckets.setdefault(form, []).append(i)
-    classes: list[tuple[str, list[int]]] = []  # (representative form, members)
+    classes: list[list[int]] = []
+    by_value: dict[tuple[str, ...], list[int]] = {}
+    symbolic: list[tuple[str, list[int]]] = []  # (representative form, members)
     for form, members in buckets.items():
-        for rep, cls in classes:
-            if equivalent(rep, form):
-                cls.extend(members)
-                break
-        else:
-            classes.append((form, list(members)))
-    return [sorted(members) for _, members in classes]
+        comparable = _comparable(form)
+        try:
+            key = _value_key(comparable) if comparable is not None else None
+            if key is not None:
+                if key in by_value:
+                    by_value[key].extend(members)
+                else:
+                    by_value[key] = list(members)
+                    classes.append(by_value[key])
+                continue
+            if comparable is not None:
+                for rep, cls in symbolic:
+                    if _symbolically_equal(rep, comparable):
+                        cls.extend(members)
+                        break
+                else:
+                    symbolic.append((comparable, list(members)))
+                    classes.append(symbolic[-1][1])
+                continue
+        except _Undecided:
+            pass
+        classes.append(list(members))  # too long to compare, or undecided in time: a class of its own
+    return [sorted(members) for members in classes]

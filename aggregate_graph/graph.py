@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from aggregate_graph.aggregators import AggregationError, MajorityVote
 from aggregate_graph.answers import group_equivalent
-from aggregate_graph.log import DEFAULT_NAMESPACE, log_sample_set
+from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import (
@@ -193,13 +193,18 @@ class _Nodes:
             )
         return sample_set
 
-    def _finish(self, sample_set: SampleSet, aggregation: Aggregation) -> dict[str, Any]:
-        sample_set = sample_set.model_copy(update={"aggregation": aggregation})
-        if (store := get_store()) is not None:
-            log_sample_set(store, sample_set, self.log_namespace)
+    @staticmethod
+    def _failure_record(exc: AggregationError) -> SampleSet | None:
+        """What the log keeps of a run that could not be aggregated: every candidate, and why."""
+        if exc.sample_set is None:
+            return None
+        return exc.sample_set.model_copy(update={"metadata": {**exc.sample_set.metadata, "error": str(exc)}})
+
+    @staticmethod
+    def _output(sample_set: SampleSet) -> dict[str, Any]:
         usage = sample_set.usage
         message = AIMessage(
-            content=aggregation.text,
+            content=sample_set.aggregation.text if sample_set.aggregation else "",
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
             usage_metadata={
                 "input_tokens": usage.prompt_tokens,
@@ -210,12 +215,31 @@ class _Nodes:
         return {"sample_set": sample_set, "messages": [message]}
 
     def aggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
-        sample_set = self._sample_set(state)
-        return self._finish(sample_set, self.aggregator.invoke(sample_set, config))
+        store = get_store()
+        try:
+            sample_set = self._sample_set(state)
+            sample_set = sample_set.model_copy(update={"aggregation": self.aggregator.invoke(sample_set, config)})
+        except AggregationError as exc:
+            if store is not None and (record := self._failure_record(exc)) is not None:
+                log_sample_set(store, record, self.log_namespace)
+            raise
+        if store is not None:
+            log_sample_set(store, sample_set, self.log_namespace)
+        return self._output(sample_set)
 
     async def aaggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
-        sample_set = self._sample_set(state)
-        return self._finish(sample_set, await self.aggregator.ainvoke(sample_set, config))
+        store = get_store()
+        try:
+            sample_set = self._sample_set(state)
+            aggregation = await self.aggregator.ainvoke(sample_set, config)
+            sample_set = sample_set.model_copy(update={"aggregation": aggregation})
+        except AggregationError as exc:
+            if store is not None and (record := self._failure_record(exc)) is not None:
+                await alog_sample_set(store, record, self.log_namespace)
+            raise
+        if store is not None:
+            await alog_sample_set(store, sample_set, self.log_namespace)
+        return self._output(sample_set)
 
 
 def build_aggregate_graph(

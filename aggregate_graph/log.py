@@ -17,6 +17,13 @@ def log_sample_set(store: BaseStore, sample_set: SampleSet, namespace: tuple[str
     store.put(namespace, sample_set.id, sample_set.model_dump(mode="json"), index=False)
 
 
+async def alog_sample_set(
+    store: BaseStore, sample_set: SampleSet, namespace: tuple[str, ...] = DEFAULT_NAMESPACE
+) -> None:
+    """Async `log_sample_set`: async stores (e.g. AsyncPostgresStore) refuse sync calls on the event loop."""
+    await store.aput(namespace, sample_set.id, sample_set.model_dump(mode="json"), index=False)
+
+
 def iter_logged(
     store: BaseStore, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page: int = 100
 ) -> Iterator[SampleSet]:
@@ -47,4 +54,11 @@ def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
                     raise ValueError(f"{path}:{number}: not a sample set: {exc}") from exc
 
 
-__all__ = ["DEFAULT_NAMESPACE", "export_sample_sets", "iter_logged", "log_sample_set", "read_sample_sets"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "alog_sample_set",
+    "export_sample_sets",
+    "iter_logged",
+    "log_sample_set",
+    "read_sample_sets",
+]

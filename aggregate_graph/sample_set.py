@@ -13,8 +13,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
-def clean_text(value: Any) -> str:
-    """Return valid UTF-8 text: bytes are decoded and lone surrogates replaced, so JSON logs never break."""
+def clean_text(value: Any) -> Any:
+    """Valid UTF-8 text: bytes are decoded and lone surrogates replaced, so JSON logs never break. None stays."""
+    if value is None:
+        return None
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", errors="replace")
     return str(value).encode("utf-8", errors="replace").decode("utf-8")
@@ -57,9 +59,9 @@ class Candidate(BaseModel):
     error: str | None = None
     wave: int = 0
 
-    @field_validator("text", mode="before")
+    @field_validator("text", "answer", "model", "finish_reason", "error", mode="before")
     @classmethod
-    def _valid_utf8(cls, value: Any) -> str:
+    def _valid_utf8(cls, value: Any) -> Any:
         return clean_text(value)
 
     @property
@@ -80,6 +82,11 @@ class Aggregation(BaseModel):
     latency_s: float | None = None
     details: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("answer", "text", mode="before")
+    @classmethod
+    def _valid_utf8(cls, value: Any) -> Any:
+        return clean_text(value)
+
 
 class SampleSet(BaseModel):
     """A question, every candidate drawn for it (failed ones included) and, once decided, the aggregation."""
@@ -93,9 +100,9 @@ class SampleSet(BaseModel):
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     metadata: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("question", mode="before")
+    @field_validator("question", "gold", mode="before")
     @classmethod
-    def _valid_utf8(cls, value: Any) -> str:
+    def _valid_utf8(cls, value: Any) -> Any:
         return clean_text(value)
 
     @field_validator("candidates")

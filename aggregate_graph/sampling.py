@@ -8,6 +8,7 @@ superstep when one branch raises, which would throw away every candidate that di
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 import uuid
@@ -22,8 +23,16 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig
+from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel, Field
-from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from aggregate_graph.answers import extract_answer
 from aggregate_graph.sample_set import Candidate, Usage
@@ -38,6 +47,9 @@ class CandidatePolicy(BaseModel):
 
     timeout_s: float = Field(default=120.0, gt=0, description="per attempt; a hung call counts as a transient error")
     max_attempts: int = Field(default=3, ge=1)
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="no new attempt starts this long after the first one began"
+    )
     backoff_initial_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=8.0, ge=0)
     use_n: bool | None = Field(
@@ -135,20 +147,21 @@ def _candidates(
         message = generation.message if isinstance(generation, ChatGeneration) else None
         text = message_text(message) if message is not None else generation.text
         meta = {**(message.response_metadata if message is not None else {}), **(generation.generation_info or {})}
-        out.append(
-            Candidate(
-                index=index,
-                text=text,
-                answer=extract_answer(text),
-                model=str(meta.get("model_name") or sampler.model_name),
-                params=sampler.params,
-                usage=usage,
-                request_id=request_id,
-                latency_s=latency,
-                finish_reason=meta.get("finish_reason"),
-                wave=draw.wave,
-            )
+        candidate = Candidate(
+            index=index,
+            text=text,
+            model=str(meta.get("model_name") or sampler.model_name),
+            params=sampler.params,
+            usage=usage,
+            request_id=request_id,
+            latency_s=latency,
+            finish_reason=meta.get("finish_reason"),
+            wave=draw.wave,
         )
+        # A solution cut off by the token limit has stated no answer; its last number is not one.
+        cut_off = candidate.finish_reason == "length"
+        candidate.answer = extract_answer(candidate.text, last_number=not cut_off)
+        out.append(candidate)
     return out, draw.indices[len(generations) :]
 
 
@@ -167,9 +180,11 @@ def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) ->
 
 
 def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks")}
+    # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens
+    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks"), "tags": [TAG_NOSTREAM]}
     if k > 1:
-        kwargs["n"] = k
+        # LangChain streams when a streaming callback is attached, and a stream yields one choice, not k
+        kwargs.update(n=k, stream=False)
     if sampler.temperature is not None:
         kwargs["temperature"] = sampler.temperature
     return kwargs
@@ -185,7 +200,9 @@ def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
         except BaseException as exc:  # handed to the caller's thread
             outcome.append((False, exc))
 
-    worker = threading.Thread(target=run, daemon=True, name="aggregate-graph-candidate")
+    # The copied context keeps tracing and LangGraph's config visible to the model inside the thread.
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(run,), daemon=True, name="aggregate-graph-candidate")
     worker.start()
     worker.join(timeout_s)
     if not outcome:
@@ -197,8 +214,11 @@ def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
 
 
 def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
+    stop = stop_after_attempt(policy.max_attempts)
+    if policy.deadline_s is not None:
+        stop |= stop_after_delay(policy.deadline_s)
     return cls(
-        stop=stop_after_attempt(policy.max_attempts),
+        stop=stop,
         wait=wait_exponential_jitter(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s),
         retry=retry_if_exception(is_transient),
         reraise=True,

@@ -21,6 +21,7 @@ from aggregate_graph import (
     export_sample_sets,
     read_sample_sets,
 )
+from aggregate_graph.log import iter_logged
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}
@@ -296,3 +297,49 @@ def test_concurrency_is_bounded(serve, run):
     graph = build_aggregate_graph(chat(server), n=6, policy=CandidatePolicy(use_n=False), max_concurrency=2)
     out = graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
     assert len(out["sample_set"].succeeded) == 6 and server.max_in_flight == 2
+
+
+def test_cut_off_candidates_do_not_vote_with_their_last_number(serve):
+    server = serve(["24 + 13 = 37, so next 37 *"], finish_reason="length")
+    with pytest.raises(AggregationError, match="no candidate stated an extractable final answer") as err:
+        build_aggregate_graph(chat(server), n=2).invoke(ASK)
+    assert [c.finish_reason for c in err.value.sample_set.candidates] == ["length", "length"]
+
+
+def test_deadline_bounds_the_retries_of_a_hung_model(serve):
+    server = serve(["#### 42"], hang_rate=1.0, hang_s=20)
+    policy = CandidatePolicy(timeout_s=0.3, max_attempts=10, deadline_s=0.5, backoff_initial_s=0.01, use_n=False)
+    with pytest.raises(QuorumError, match="timeout"):
+        build_aggregate_graph(chat(server), n=1, policy=policy).invoke(ASK)
+    assert server.calls == 2  # attempts at 0 s and ~0.3 s; none starts after the 0.5 s deadline
+
+
+def test_failed_runs_are_logged_too(serve):
+    server = serve(failure_rate=1.0)
+    store = InMemoryStore()
+    graph = build_aggregate_graph(chat(server), n=2, store=store, policy=CandidatePolicy(max_attempts=1))
+    with pytest.raises(QuorumError):
+        graph.invoke(ASK)
+    [logged] = list(iter_logged(store))
+    assert len(logged.candidates) == 2 and logged.aggregation is None and "only 0 of 2" in logged.metadata["error"]
+
+
+async def test_async_runs_log_through_the_async_store_api(serve):
+    class AsyncOnlyStore(InMemoryStore):
+        def put(self, *args, **kwargs):
+            raise AssertionError("sync put called on the event loop")
+
+    server = serve(["#### 42"])
+    store = AsyncOnlyStore()
+    await build_aggregate_graph(chat(server), n=2, store=store).ainvoke(ASK)
+    assert [s.aggregation.answer for s in iter_logged(store)] == ["42"]
+
+
+def test_message_streaming_keeps_all_n_candidates_and_hides_their_tokens(serve):
+    server = serve(["#### 41", "#### 42", "#### 43"])
+    graph = build_aggregate_graph(chat(server), n=3)
+    chunks = list(graph.stream(ASK, stream_mode=["messages", "values"]))
+    final = [c for mode, c in chunks if mode == "values"][-1]["sample_set"]
+    assert server.calls == 1 and sorted(c.answer for c in final.candidates) == ["41", "42", "43"]
+    streamed = [message for mode, (message, _) in ((m, c) for m, c in chunks if m == "messages")]
+    assert [m.content for m in streamed] == [final.aggregation.text]  # only the answer, not the candidates

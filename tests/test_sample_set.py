@@ -55,3 +55,15 @@ def test_non_utf8_text_is_made_valid_and_serialisable():
     assert lone_surrogate.text == "x ? y"
     s = SampleSet(question=b"q\xff", candidates=[c, lone_surrogate])
     assert SampleSet.from_json(s.to_json().encode()).candidates[1].text == "x ? y"
+
+
+def test_every_text_field_is_made_serialisable():
+    c = Candidate(index=0, text="t", answer="7\ud800", model="m\udcff", error="boom \udc80", finish_reason="stop")
+    s = SampleSet(
+        question="q",
+        gold="7\ud800",
+        candidates=[c],
+        aggregation=Aggregation(method="m", answer="7\ud800", text="x\ud800"),
+    )
+    again = SampleSet.from_json(s.to_json())
+    assert again.candidates[0].answer == "7?" and again.aggregation.text == "x?" and again.gold == "7?"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
@@ -48,7 +49,7 @@ class MajorityVote(Aggregator):
         classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
         scored = [(sum(self._weight(c) for c in cls), cls) for cls in classes]
         best = max(score for score, _ in scored)
-        tied = sorted((cls for score, cls in scored if score == best), key=lambda cls: cls[0].index)
+        tied = sorted((cls for score, cls in scored if math.isclose(score, best)), key=lambda cls: cls[0].index)
         winner = tied[0][0]
         return Aggregation(
             method=self.name,

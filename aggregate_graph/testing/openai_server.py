@@ -54,10 +54,11 @@ class OpenAITestServer:
         hang_s: float = 30.0,
         seed: int = 0,
         model: str = "test-model",
+        finish_reason: str = "stop",
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
-        self.hang_rate, self.hang_s, self.model = hang_rate, hang_s, model
+        self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -146,7 +147,9 @@ class OpenAITestServer:
             )
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
-            return _completion(body.get("model") or self.model, replies, prompt_tokens, completion_tokens)
+            return _completion(
+                body.get("model") or self.model, replies, prompt_tokens, completion_tokens, self.finish_reason
+            )
 
         return app
 
@@ -195,7 +198,9 @@ def _error(status: int, message: str, kind: str, param: str | None = None) -> JS
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 
 
-def _completion(model: str, replies: list[Reply], prompt_tokens: int, completion_tokens: int) -> Response:
+def _completion(
+    model: str, replies: list[Reply], prompt_tokens: int, completion_tokens: int, finish_reason: str
+) -> Response:
     """The response JSON; `bytes` replies are spliced in raw so the body can carry invalid UTF-8."""
     raw: dict[str, bytes] = {}
     choices = []
@@ -204,7 +209,7 @@ def _completion(model: str, replies: list[Reply], prompt_tokens: int, completion
             marker = f"@@raw-{uuid.uuid4().hex}@@"
             raw[marker] = reply
             reply = marker
-        choices.append({"index": i, "message": {"role": "assistant", "content": reply}, "finish_reason": "stop"})
+        choices.append({"index": i, "message": {"role": "assistant", "content": reply}, "finish_reason": finish_reason})
     payload = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
