@@ -2,7 +2,16 @@
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from aggregate_graph.aggregators import AggregationError, Aggregator, MajorityVote
+from aggregate_graph.aggregators import (
+    AggregationError,
+    Aggregator,
+    BestOfN,
+    GSRAggregator,
+    MajorityVote,
+    RecursiveAggregator,
+    SSAAggregator,
+    USCAggregator,
+)
 from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
 from aggregate_graph.graph import AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
@@ -32,12 +41,17 @@ __all__ = [
     "Aggregation",
     "AggregationError",
     "Aggregator",
+    "BestOfN",
     "Candidate",
     "CandidatePolicy",
+    "GSRAggregator",
     "MajorityVote",
     "QuorumError",
+    "RecursiveAggregator",
+    "SSAAggregator",
     "SampleSet",
     "Sampler",
+    "USCAggregator",
     "Usage",
     "build_aggregate_graph",
     "build_pool",

@@ -67,6 +67,12 @@ def _last_boxed(text: str) -> str | None:
     return None  # unbalanced: no trustworthy answer
 
 
+def boxed_answer(text: str) -> str | None:
+    """The content of the last `\\boxed{…}` in `text`, stripped, or None."""
+    found = _last_boxed(text)
+    return found.strip().strip("$").strip() or None if found is not None else None
+
+
 def _last_answer_tag(text: str) -> str | None:
     """Content of the last `<answer>…</answer>` (found from the end: linear even in a flood of open tags)."""
     lowered = text.lower()

@@ -1,4 +1,27 @@
 from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.best_of_n import BestOfN, score_from_params
+from aggregate_graph.aggregators.gsr import GSRAggregator, parse_gsr_output, render_gsr_prompt
+from aggregate_graph.aggregators.llm import LLMAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.recursive import RecursiveAggregator
+from aggregate_graph.aggregators.ssa import SSAAggregator, parse_ssa_output, render_ssa_prompt
+from aggregate_graph.aggregators.usc import USCAggregator, parse_usc_choice, render_usc_prompt
 
-__all__ = ["AggregationError", "Aggregator", "MajorityVote"]
+__all__ = [
+    "AggregationError",
+    "Aggregator",
+    "BestOfN",
+    "GSRAggregator",
+    "LLMAggregator",
+    "MajorityVote",
+    "RecursiveAggregator",
+    "SSAAggregator",
+    "USCAggregator",
+    "parse_gsr_output",
+    "parse_ssa_output",
+    "parse_usc_choice",
+    "render_gsr_prompt",
+    "render_ssa_prompt",
+    "render_usc_prompt",
+    "score_from_params",
+]

@@ -1,0 +1,70 @@
+"""GSR, generative self-refinement (arXiv 2509.00084): the model reads the candidates and writes a new,
+complete solution ending in `\\boxed{…}` — which can be right when every candidate is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+
+from aggregate_graph.aggregators.llm import Decision, LLMAggregator, ask, render_candidates, shown_candidates
+from aggregate_graph.answers import boxed_answer
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+
+GSR_INSTRUCTION = (
+    "The solutions above may contain mistakes, and may all be wrong. Check their reasoning, then write a new, "
+    "complete and correct solution to the problem. End with the final answer in \\boxed{}."
+)
+
+
+def render_gsr_prompt(question: str, candidates: Sequence[str], max_candidate_tokens: int = 1024) -> str:
+    """The GSR prompt: the problem, the candidate solutions, and the request for a refined solution."""
+    blocks = render_candidates(candidates, "Solution", max_candidate_tokens)
+    return f"Problem: {question}\n\nCandidate solutions:\n\n{blocks}\n\n{GSR_INSTRUCTION}"
+
+
+def parse_gsr_output(text: str) -> str | None:
+    """The refined solution's final answer: its last `\\boxed{}`, as the prompt asks (nothing else guessed)."""
+    return boxed_answer(text)
+
+
+class GSRAggregator(LLMAggregator):
+    """Refines the candidates into one new solution; `rounds > 1` refines again with the previous refinement
+    shown beside the candidates. Falls back to majority vote (recorded) when no `\\boxed{}` answer is found."""
+
+    name = "gsr"
+
+    def __init__(self, model, rounds: int = 1, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if rounds < 1:
+            raise ValueError(f"rounds must be at least 1, got {rounds}")
+        super().__init__(model, **kwargs)
+        self.rounds = rounds
+
+    def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
+        return ask(render_gsr_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
+
+    def decide(self, output: str, shown: list[Candidate]) -> Decision:
+        answer = parse_gsr_output(output)
+        return Decision(answer, output, "parsed" if answer else "no_boxed_answer", {})
+
+    @staticmethod
+    def _refinement(sample_set: SampleSet, refined: Aggregation) -> Candidate:
+        """The previous round's solution, shown to the next round beside the original candidates."""
+        return Candidate(index=len(sample_set.candidates), text=refined.text, answer=refined.answer, model="gsr")
+
+    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        shown = shown_candidates(sample_set, self.k)
+        result = self.run(sample_set, shown, config)
+        for round_no in range(2, self.rounds + 1):
+            result = self.run(sample_set, [*shown, self._refinement(sample_set, result)], config)
+            result.details["round"] = round_no
+        return result
+
+    async def aaggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        shown = shown_candidates(sample_set, self.k)
+        result = await self.arun(sample_set, shown, config)
+        for round_no in range(2, self.rounds + 1):
+            result = await self.arun(sample_set, [*shown, self._refinement(sample_set, result)], config)
+            result.details["round"] = round_no
+        return result

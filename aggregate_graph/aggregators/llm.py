@@ -1,0 +1,164 @@
+"""What every model-backed aggregator shares: choosing and budgeting the candidates it shows the model,
+neutralising text that imitates the aggregator's own markup, calling the model, and falling back to majority
+vote — with a record of all of it — when the model's output cannot be parsed."""
+
+from __future__ import annotations
+
+import re
+import time
+from abc import abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.answers import equivalent, normalize_answer
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
+from aggregate_graph.sampling import message_text
+
+CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
+_MARKUP = re.compile(r"</?\s*(answer|think)\s*>", re.IGNORECASE)
+_BLOCK_HEADER = re.compile(r"^(\s*)(Answer|Response|Solution)(\s+\d+\s*:)", re.IGNORECASE | re.MULTILINE)
+
+
+def neutralise(text: str) -> str:
+    """Candidate text cannot open or close the aggregator's tags, nor start a block of its own."""
+    text = _MARKUP.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), text)
+    return _BLOCK_HEADER.sub(r"\1(quoted) \2\3", text)
+
+
+def fit_budget(text: str, max_tokens: int) -> str:
+    """Cut a long candidate in the middle, keeping its head and its tail (where the final answer is)."""
+    limit = max_tokens * CHARS_PER_TOKEN
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    return f"{text[:head]}\n[… {len(text) - limit} characters omitted …]\n{text[len(text) - (limit - head) :]}"
+
+
+def shown_candidates(sample_set: SampleSet, k: int | None) -> list[Candidate]:
+    """The successful candidates with text, in request order, at most k of them."""
+    usable = [c for c in sample_set.candidates if c.ok and c.text.strip()]
+    return usable[:k] if k is not None else usable
+
+
+def render_candidates(texts: Sequence[str], label: str, max_tokens: int) -> str:
+    return "\n\n".join(f"{label} {i}:\n{neutralise(fit_budget(t, max_tokens))}" for i, t in enumerate(texts, 1))
+
+
+def usage_of(message: BaseMessage) -> Usage | None:
+    meta = getattr(message, "usage_metadata", None)
+    if not meta:
+        return None
+    return Usage(
+        prompt_tokens=meta.get("input_tokens", 0),
+        completion_tokens=meta.get("output_tokens", 0),
+        total_tokens=meta.get("total_tokens", 0),
+    )
+
+
+def supporting(candidates: Sequence[Candidate], answer: str | None) -> list[Candidate]:
+    return [c for c in candidates if answer is not None and equivalent(c.answer, answer)]
+
+
+@dataclass
+class Decision:
+    """What a model-backed aggregator read from the model's output."""
+
+    answer: str | None
+    text: str
+    parse_status: str
+    details: dict[str, Any]
+
+
+class LLMAggregator(Aggregator):
+    """An aggregator that asks a chat model. Subclasses render the prompt and read the output."""
+
+    name = "llm"
+
+    def __init__(
+        self,
+        model: BaseChatModel | Runnable,
+        *,
+        k: int | None = None,
+        max_candidate_tokens: int = 1024,
+        fallback: Aggregator | None = None,
+    ) -> None:
+        if k is not None and k < 1:
+            raise ValueError(f"k must be at least 1, got {k}")
+        self.model, self.k, self.max_candidate_tokens = model, k, max_candidate_tokens
+        self.fallback = fallback if fallback is not None else MajorityVote()
+
+    @abstractmethod
+    def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]: ...
+
+    @abstractmethod
+    def decide(self, output: str, shown: list[Candidate]) -> Decision: ...
+
+    def _aggregation(
+        self, sample_set: SampleSet, shown: list[Candidate], response: Any, started: float, config: Any
+    ) -> Aggregation:
+        output = message_text(response) if isinstance(response, BaseMessage) else str(response)
+        decision = self.decide(output, shown)
+        usage = usage_of(response) if isinstance(response, AIMessage) else None
+        details = {
+            "raw_output": output,
+            "parse_status": decision.parse_status,
+            "candidates_shown": [c.index for c in shown],
+            **decision.details,
+        }
+        latency = time.perf_counter() - started
+        if decision.answer is None:  # never silent: the record says the model's answer was not used, and why
+            fallback = self.fallback.invoke(sample_set, config)
+            details.update(fallback=fallback.method, fallback_votes=fallback.votes)
+            return Aggregation(
+                method=self.name,
+                answer=fallback.answer,
+                text=fallback.text,
+                votes=fallback.votes,
+                support=fallback.support,
+                tie=fallback.tie,
+                usage=usage,
+                latency_s=latency,
+                details=details,
+            )
+        backing = supporting(sample_set.succeeded, decision.answer)
+        return Aggregation(
+            method=self.name,
+            answer=normalize_answer(decision.answer),
+            text=decision.text,
+            support=[c.index for c in backing],
+            usage=usage,
+            latency_s=latency,
+            details=details,
+        )
+
+    def run(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None) -> Aggregation:
+        """One model call over `shown` (usually the first k successful candidates of `sample_set`)."""
+        started = time.perf_counter()
+        if not shown:  # nothing to show the model; majority vote names the problem
+            return self.fallback.invoke(sample_set, config)
+        response = self.model.invoke(self.render(sample_set, shown), config)
+        return self._aggregation(sample_set, shown, response, started, config)
+
+    async def arun(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None) -> Aggregation:
+        started = time.perf_counter()
+        if not shown:
+            return await self.fallback.ainvoke(sample_set, config)
+        response = await self.model.ainvoke(self.render(sample_set, shown), config)
+        return self._aggregation(sample_set, shown, response, started, config)
+
+    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        return self.run(sample_set, shown_candidates(sample_set, self.k), config)
+
+    async def aaggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        return await self.arun(sample_set, shown_candidates(sample_set, self.k), config)
+
+
+def ask(prompt: str) -> list[BaseMessage]:
+    return [HumanMessage(prompt)]
