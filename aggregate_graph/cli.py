@@ -1,9 +1,11 @@
-"""`aggregate-graph ask "QUESTION" --n 5 [--model SPEC]`: run the prebuilt graph and show the work."""
+"""`aggregate-graph ask "QUESTION" --n 5 [--model SPEC]`: run the prebuilt graph and show the work.
+`aggregate-graph serve-aggregator MODEL_DIR --engine vllm|local`: serve an aggregator over the OpenAI API."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from typing import Any
 
@@ -14,6 +16,7 @@ from aggregate_graph.graph import MAX_N, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.sampling import CandidatePolicy
+from aggregate_graph.serve import DEFAULT_SERVED_NAME, SMOLLM2
 
 
 def _model(args: argparse.Namespace) -> Any:
@@ -97,6 +100,58 @@ def ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve_aggregator(args: argparse.Namespace) -> int:
+    return _serve_vllm(args) if args.engine == "vllm" else _serve_local(args)
+
+
+def _serve_vllm(args: argparse.Namespace) -> int:
+    # Engines are imported on use: `ask` needs neither, and the local one needs the `serve` extra.
+    from aggregate_graph.serve.vllm import VLLMNotFoundError, exec_vllm, vllm_command
+
+    try:
+        command = vllm_command(
+            args.model_dir,
+            adapter=args.adapter,
+            served_model_name=args.served_model_name,
+            host=args.host,
+            port=args.port,
+            max_model_len=args.max_model_len,
+            vllm=args.vllm,
+            api_key=args.api_key,
+        )
+    except (VLLMNotFoundError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    shown = ["***" if i and command[i - 1] == "--api-key" else part for i, part in enumerate(command)]
+    print(f"running: {shlex.join(shown)}", file=sys.stderr, flush=True)
+    exec_vllm(command)
+
+
+def _serve_local(args: argparse.Namespace) -> int:
+    for flag in ("max_model_len", "vllm"):
+        if getattr(args, flag) is not None:
+            print(f"error: --{flag.replace('_', '-')} applies only to --engine vllm", file=sys.stderr)
+            return 2
+    try:
+        from aggregate_graph.serve.local import serve_local
+    except ImportError as exc:
+        print(f"error: the local engine needs the serve extra (pip install '.[local,serve]'): {exc}", file=sys.stderr)
+        return 2
+    try:
+        serve_local(
+            args.model_dir,
+            adapter=args.adapter,
+            host=args.host,
+            port=args.port,
+            served_model_name=args.served_model_name,
+            api_key=args.api_key,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
     commands = p.add_subparsers(dest="command", required=True)
@@ -121,6 +176,30 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--seed", type=int, help="sampling seed for the local model")
     a.add_argument("--json", action="store_true", help="print the sample set as JSON")
     a.set_defaults(run=ask)
+
+    v = commands.add_parser(
+        "serve-aggregator", help="serve an aggregator model over the OpenAI chat-completions API (vLLM or CPU)"
+    )
+    v.add_argument(
+        "model_dir",
+        nargs="?",
+        default=SMOLLM2,
+        help='a transformers model folder, or "smollm2" for the embedded SmolLM2-135M-Instruct (the default)',
+    )
+    v.add_argument("--adapter", help="a PEFT LoRA adapter folder trained on MODEL_DIR")
+    v.add_argument(
+        "--engine",
+        choices=["vllm", "local"],
+        default="vllm",
+        help="vllm (GPU, the default; vLLM in its own environment) or local (CPU, needs the serve extra)",
+    )
+    v.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs --api-key (local)")
+    v.add_argument("--port", type=int, default=8000)
+    v.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
+    v.add_argument("--max-model-len", type=int, help="vLLM context length (default: sized for 8 candidates)")
+    v.add_argument("--vllm", help="the vllm executable, e.g. vllm-env/bin/vllm (default: the one on PATH)")
+    v.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
+    v.set_defaults(run=serve_aggregator)
     return p
 
 

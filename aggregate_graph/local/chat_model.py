@@ -6,6 +6,7 @@ package around it) stays cheap for code paths that never touch the local model.
 
 from __future__ import annotations
 
+import importlib.util
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -65,6 +66,9 @@ class LocalChatModel(BaseChatModel):
 
     model_path: str | None = None
     """Local transformers model folder; `None` uses the converted SmolLM2 weights."""
+    adapter_path: str | None = None
+    """A PEFT (LoRA) adapter folder trained on `model_path`, merged into its weights on load.
+    Needs the `serve` extra (peft)."""
     max_new_tokens: PositiveInt = 256
     temperature: Temperature = 0.7
     top_p: TopP = 0.95
@@ -92,6 +96,16 @@ class LocalChatModel(BaseChatModel):
             )
         return value
 
+    @field_validator("adapter_path")
+    @classmethod
+    def _check_adapter_path(cls, value: str | None) -> str | None:
+        # Same reason as above: PEFT would otherwise try the string as a Hub repository.
+        if value is not None and not (Path(value) / "adapter_config.json").is_file():
+            raise ValueError(f"adapter_path {value!r} is not a PEFT adapter folder (no adapter_config.json there)")
+        if value is not None and importlib.util.find_spec("peft") is None:
+            raise ValueError("adapter_path needs peft, which is not installed: pip install peft (the serve extra)")
+        return value
+
     @property
     def model_name(self) -> str:
         return MODEL_NAME if self.model_path is None else Path(self.model_path).name
@@ -104,6 +118,7 @@ class LocalChatModel(BaseChatModel):
     def _identifying_params(self) -> dict[str, Any]:
         return {
             "model_name": self.model_name,
+            "adapter_path": self.adapter_path,
             "max_new_tokens": self.max_new_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -284,6 +299,11 @@ class LocalChatModel(BaseChatModel):
             yield
             self._rng_state = torch.get_rng_state()
 
+    def load(self) -> None:
+        """Load the tokenizer and weights now instead of on the first call (a server does this at startup)."""
+        with self._lock:
+            self._load()
+
     def _load(self) -> tuple[PreTrainedTokenizerBase, PreTrainedModel]:
         """Load tokenizer and weights once per instance; call with `self._lock` held."""
         if self._tokenizer is None or self._model is None:
@@ -293,8 +313,15 @@ class LocalChatModel(BaseChatModel):
             if self.torch_threads is not None:
                 torch.set_num_threads(self.torch_threads)
             path = Path(self.model_path) if self.model_path is not None else smollm2_path()
-            self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self._model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+            if self.adapter_path is not None:
+                from peft import PeftModel
+
+                # Merging once makes every later forward pass cost what the base model's does,
+                # instead of adding the low-rank products at each layer and token.
+                model = PeftModel.from_pretrained(model, self.adapter_path).merge_and_unload()
+            self._tokenizer, self._model = tokenizer, model
         return self._tokenizer, self._model
 
     @staticmethod

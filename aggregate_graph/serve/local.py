@@ -1,0 +1,308 @@
+"""An OpenAI-compatible chat-completions server on CPU over `LocalChatModel` (needs the `serve` extra).
+
+It answers `GET /v1/models` and `POST /v1/chat/completions` (n, temperature, top_p, max_tokens /
+max_completion_tokens, stop, seed, streaming with `stream_options.include_usage`) for one model, so
+anything that talks to vLLM — `ChatOpenAI(base_url=…)`, the `openai` client, `aggregate-graph ask
+--base-url` — can talk to an aggregator on a machine without a GPU. Generation runs in worker threads
+and `LocalChatModel` serialises it, so the event loop keeps answering while a request decodes.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import anyio.to_thread
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aggregate_graph.local import LocalChatModel
+from aggregate_graph.serve import DEFAULT_SERVED_NAME, resolve_model_dir
+
+logger = logging.getLogger(__name__)
+
+MAX_N = 128
+"""Largest `n` one request may ask for: all n sequences decode together in CPU memory."""
+
+# Request options that change what a client gets back and that this server cannot honour: refusing
+# them is better than an answer that silently ignores them (e.g. a tool call that never comes).
+_UNSUPPORTED = ("tools", "functions", "logprobs", "top_logprobs", "logit_bias", "response_format")
+
+_MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
+    "system": SystemMessage,
+    "developer": SystemMessage,  # OpenAI's newer name for the system role
+    "user": HumanMessage,
+    "assistant": AIMessage,
+}
+
+
+class OpenAIError(Exception):
+    """An error answered as OpenAI does: `{"error": {"message", "type", "param", "code"}}`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+class _TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class _Message(BaseModel):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[_TextPart] | None = None
+
+    def to_langchain(self) -> BaseMessage:
+        content = self.content or ""
+        text = content if isinstance(content, str) else "".join(part.text for part in content)
+        return _MESSAGE_TYPES[self.role](text)
+
+
+class _StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """The chat-completions fields this server reads; `None` means OpenAI's default, as clients may send null."""
+
+    model_config = ConfigDict(extra="ignore")  # clients send fields such as `user` that change nothing here
+
+    model: str
+    messages: list[_Message] = Field(min_length=1)
+    n: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+
+    def options(self) -> dict[str, Any]:
+        """Call options for `LocalChatModel`, with OpenAI's defaults rather than the model's own."""
+        options: dict[str, Any] = {
+            "n": self.n or 1,
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "seed": self.seed,
+        }
+        # max_completion_tokens is OpenAI's replacement for max_tokens; unset, the model's default applies.
+        if (limit := self.max_completion_tokens or self.max_tokens) is not None:
+            options["max_tokens"] = limit
+        return options
+
+    def stops(self) -> list[str] | None:
+        return [self.stop] if isinstance(self.stop, str) else self.stop
+
+
+def create_app(
+    model_dir: str | Path,
+    *,
+    adapter: str | Path | None = None,
+    served_model_name: str = DEFAULT_SERVED_NAME,
+    api_key: str | None = None,
+) -> FastAPI:
+    """The server for the transformers model in `model_dir` (or the word `smollm2`) plus an optional PEFT
+    `adapter`, named `served_model_name`. With `api_key`, every request must carry `Authorization: Bearer …`.
+    """
+    model = LocalChatModel(
+        model_path=str(resolve_model_dir(model_dir)), adapter_path=None if adapter is None else str(adapter)
+    )
+    created = int(time.time())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Load before the server accepts connections: a bad model or adapter fails at startup, and the
+        # first request does not pay the load.
+        await anyio.to_thread.run_sync(model.load)
+        yield
+
+    app = FastAPI(
+        title="aggregate-graph local aggregator",
+        lifespan=lifespan,
+        # No schema or docs pages: they would be served without the API key, and no client needs them.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(_bearer_check(api_key))] if api_key is not None else [],
+    )
+    app.add_exception_handler(OpenAIError, _openai_error)
+    app.add_exception_handler(Exception, _server_error)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": served_model_name, "object": "model", "created": created, "owned_by": "aggregate-graph"}],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        body = await _read_json(request)
+        for key in _UNSUPPORTED:
+            if body.get(key) not in (None, False, [], {"type": "text"}):
+                raise OpenAIError(400, f"{key!r} is not supported by this server", param=key)
+        try:
+            chat = ChatRequest.model_validate(body)
+        except ValidationError as error:
+            first = error.errors()[0]
+            param = ".".join(str(part) for part in first["loc"]) or None
+            raise OpenAIError(400, f"{param or 'body'}: {first['msg']}", param=param) from None
+        if chat.model != served_model_name:
+            raise OpenAIError(
+                404,
+                f"The model {chat.model!r} does not exist; this server serves {served_model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
+        messages = [m.to_langchain() for m in chat.messages]
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served_model_name}
+        if chat.stream:
+            if (chat.n or 1) > 1:
+                raise OpenAIError(400, "streaming returns one choice here; use n=1 or stream=false", param="n")
+            include_usage = chat.stream_options is not None and chat.stream_options.include_usage
+            events = _stream_events(model, messages, chat, head, include_usage=include_usage)
+            return StreamingResponse(events, media_type="text/event-stream")
+        result = await model.agenerate([messages], stop=chat.stops(), **chat.options())
+        choices = [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": g.message.text},
+                "logprobs": None,
+                "finish_reason": g.message.response_metadata["finish_reason"],
+            }
+            for i, g in enumerate(result.generations[0])
+        ]
+        usage = (result.llm_output or {})["token_usage"]
+        return JSONResponse({**head, "object": "chat.completion", "choices": choices, "usage": usage})
+
+    return app
+
+
+def serve_local(
+    model_dir: str | Path,
+    *,
+    adapter: str | Path | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    served_model_name: str = DEFAULT_SERVED_NAME,
+    api_key: str | None = None,
+) -> None:
+    """Serve `model_dir` until interrupted. A host other than loopback needs an `api_key`: the server
+    would otherwise hand CPU time and the model to anyone on the network."""
+    if api_key is None and not is_loopback(host):
+        raise ValueError(f"refusing to serve on {host!r} without an API key: pass --api-key, or bind 127.0.0.1")
+    app = create_app(model_dir, adapter=adapter, served_model_name=served_model_name, api_key=api_key)
+    uvicorn.run(app, host=host, port=port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name, which may resolve to any interface
+        return False
+
+
+async def _stream_events(
+    model: LocalChatModel,
+    messages: list[BaseMessage],
+    chat: ChatRequest,
+    head: dict[str, Any],
+    *,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """Server-sent events in OpenAI's chunk format, one per piece of text as the model decodes it."""
+    # With include_usage, OpenAI gives every chunk a null `usage` and adds one last chunk that has it.
+    extra: dict[str, Any] = {"usage": None} if include_usage else {}
+
+    def chunk(delta: dict[str, str], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    finish_reason, usage = "stop", None
+    try:
+        # aclosing: a client that hangs up closes the model's stream at once, which stops its decoding
+        # (and frees the model for the next request) instead of waiting for garbage collection.
+        async with aclosing(model.astream(messages, stop=chat.stops(), **chat.options())) as pieces:
+            async for piece in pieces:
+                if piece.text:
+                    yield chunk({"content": piece.text})
+                # LocalChatModel reports both on its closing chunk, after the text.
+                finish_reason = piece.response_metadata.get("finish_reason", finish_reason)
+                usage = piece.usage_metadata or usage
+    except Exception as error:  # the 200 status is already sent: report it in-stream, as OpenAI does
+        logger.exception("streamed generation failed")
+        yield _sse(OpenAIError(500, str(error), kind="server_error").body())
+        yield "data: [DONE]\n\n"
+        return
+    yield chunk({}, finish_reason)
+    if include_usage:
+        prompt, completion = (usage or {}).get("input_tokens", 0), (usage or {}).get("output_tokens", 0)
+        totals = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        yield _sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": totals})
+    yield "data: [DONE]\n\n"
+
+
+def _sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def _read_json(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError alike
+        raise OpenAIError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    return body
+
+
+def _bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
+    expected = f"Bearer {api_key}".encode()
+
+    async def check(request: Request) -> None:
+        given = request.headers.get("authorization", "").encode()
+        # Constant-time comparison, so response timing does not reveal how much of a guess was right.
+        if not hmac.compare_digest(given, expected):
+            raise OpenAIError(
+                401, "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
+            )
+
+    return check
+
+
+async def _openai_error(_: Request, error: Exception) -> Response:
+    assert isinstance(error, OpenAIError)  # registered for OpenAIError only
+    return JSONResponse(error.body(), error.status)
+
+
+async def _server_error(_: Request, error: Exception) -> Response:
+    # Starlette still logs the traceback; the client gets the error in OpenAI's shape.
+    return JSONResponse(OpenAIError(500, str(error) or type(error).__name__, kind="server_error").body(), 500)

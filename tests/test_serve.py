@@ -1,0 +1,301 @@
+"""`serve-aggregator`: the vLLM command line, and the CPU engine as a real HTTP server over the real SmolLM2.
+
+The local server runs in a thread on a free 127.0.0.1 port and is driven by the real `openai` client,
+raw HTTP and `ChatOpenAI`. Generations are kept to 8 tokens (SmolLM2 decodes ~10 tokens/s here).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from langchain_openai import ChatOpenAI
+
+from aggregate_graph.serve.local import create_app
+from aggregate_graph.serve.vllm import VLLMNotFoundError, find_vllm, max_model_len_for, vllm_command
+
+pytestmark = pytest.mark.slow
+
+KEY = "sk-serve-test"
+PROMPT = [{"role": "user", "content": "Count from 1 to 10."}]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aggregate_graph.cli", "serve-aggregator", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+# --- the vLLM engine: its command line ---------------------------------------------------------
+
+
+@pytest.fixture
+def model_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "aggregator-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
+    return folder
+
+
+@pytest.fixture
+def vllm_stand_in(tmp_path: Path) -> Path:
+    """An executable in vLLM's place that prints the arguments it was started with."""
+    script = tmp_path / "bin" / "vllm"
+    script.parent.mkdir()
+    script.write_text('#!/bin/sh\necho "vllm-stand-in $*"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return script
+
+
+def test_vllm_command_without_adapter(model_folder: Path, vllm_stand_in: Path) -> None:
+    command = vllm_command(model_folder, host="127.0.0.1", port=8001, vllm=vllm_stand_in)
+    assert command == [
+        str(vllm_stand_in), "serve", str(model_folder),
+        "--served-model-name", "aggregator",
+        "--host", "127.0.0.1", "--port", "8001",
+        "--max-model-len", "8192",  # max_model_len_for(8) is 10240, capped at the model's own context
+        "--enable-prefix-caching",
+    ]  # fmt: skip
+
+
+def test_vllm_command_with_adapter_serves_the_base_under_another_name(
+    model_folder: Path, vllm_stand_in: Path, tmp_path: Path
+) -> None:
+    adapter = tmp_path / "lora"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 32, "peft_type": "LORA"}))
+    command = vllm_command(
+        model_folder,
+        adapter=adapter,
+        served_model_name="ssa",
+        host="0.0.0.0",
+        port=9000,
+        max_model_len=4096,
+        vllm=vllm_stand_in,
+        api_key="k",
+    )
+    assert command == [
+        str(vllm_stand_in), "serve", str(model_folder),
+        "--served-model-name", "ssa-base",
+        "--enable-lora", "--lora-modules", f"ssa={adapter}",
+        "--max-lora-rank", "32",  # above vLLM's default of 16, which would refuse the adapter
+        "--host", "0.0.0.0", "--port", "9000",
+        "--max-model-len", "4096",
+        "--enable-prefix-caching",
+        "--api-key", "k",
+    ]  # fmt: skip
+
+
+def test_max_model_len_is_sized_for_k_candidates() -> None:
+    assert max_model_len_for(8) == 10240  # 512 question + 8 × 1024 candidates + 1024 answer
+    assert max_model_len_for(4, candidate_tokens=300, question_tokens=100, answer_tokens=200) == 2048
+    with pytest.raises(ValueError, match="positive"):
+        max_model_len_for(0)
+
+
+def test_missing_vllm_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(VLLMNotFoundError, match=r"(?s)No `vllm` executable on PATH.*pip install vllm.*--vllm"):
+        find_vllm()
+    done = cli("--engine", "vllm", "--vllm", str(tmp_path / "nowhere" / "vllm"))
+    assert done.returncode == 2
+    assert "is not an executable file" in done.stderr and "vllm-env/bin/pip install vllm" in done.stderr
+
+
+def test_cli_hands_the_process_to_vllm(model_folder: Path, vllm_stand_in: Path) -> None:
+    done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", "8123", "--api-key", "secret")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"vllm-stand-in serve {model_folder} --served-model-name aggregator ")
+    assert "--port 8123" in done.stdout and "--api-key secret" in done.stdout
+    assert "--api-key '***'" in done.stderr and "secret" not in done.stderr  # the log line hides the key
+
+
+def test_cli_refuses_an_exposed_local_server_without_a_key() -> None:
+    done = cli("--engine", "local", "--host", "0.0.0.0")
+    assert done.returncode == 2 and "without an API key" in done.stderr
+    done = cli("--engine", "local", "--max-model-len", "4096")
+    assert done.returncode == 2 and "only to --engine vllm" in done.stderr
+
+
+# --- the local engine: a real server --------------------------------------------------------------
+
+
+@contextmanager
+def running(app: FastAPI) -> Iterator[str]:
+    """Serve `app` on a free 127.0.0.1 port in a thread; yields the base URL (ending in /v1)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60  # startup includes loading the model
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def base_url(smollm2_dir: Path) -> Iterator[str]:
+    with running(create_app(smollm2_dir, api_key=KEY)) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def greedy_text(client: openai.OpenAI) -> str:
+    """The base model's greedy answer to PROMPT: what every greedy path must reproduce."""
+    reply = client.chat.completions.create(model="aggregator", messages=PROMPT, temperature=0, max_completion_tokens=8)
+    assert reply.choices[0].finish_reason == "length"
+    text = reply.choices[0].message.content
+    assert text
+    return text
+
+
+def test_models_lists_the_served_name(client: openai.OpenAI) -> None:
+    assert [m.id for m in client.models.list()] == ["aggregator"]
+
+
+def test_n_choices_with_usage(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="aggregator", messages=PROMPT, n=2, max_tokens=6, seed=3)
+    assert [c.index for c in reply.choices] == [0, 1]
+    assert all(c.message.role == "assistant" and c.finish_reason in {"stop", "length"} for c in reply.choices)
+    usage = reply.usage
+    assert usage is not None and usage.prompt_tokens > 5
+    assert 2 <= usage.completion_tokens <= 12  # two sequences of at most 6 tokens, prompt billed once
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+
+
+def test_streaming_with_the_openai_client(client: openai.OpenAI, greedy_text: str) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="aggregator",
+            messages=PROMPT,
+            temperature=0,
+            max_tokens=8,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) >= 3, "tokens should arrive in several chunks"
+    assert "".join(pieces) == greedy_text
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None and last.usage.completion_tokens == 8
+
+
+def test_raw_stream_ends_with_done_while_the_server_stays_responsive(base_url: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    body = {"model": "aggregator", "messages": PROMPT, "temperature": 0, "max_tokens": 8, "stream": True}
+    events: list[str] = []
+    content_after_side_request = 0
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream("POST", f"{base_url}/chat/completions", json=body, headers=headers) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        side_request_done = False
+        for line in response.iter_lines():
+            if not line:
+                continue
+            events.append(line)
+            has_content = line != "data: [DONE]" and json.loads(line[6:])["choices"][0]["delta"].get("content")
+            if has_content and side_request_done:
+                content_after_side_request += 1
+            if has_content and not side_request_done:
+                # Generation runs in a worker thread: the event loop answers other requests meanwhile.
+                assert http.get(f"{base_url}/models", headers=headers).status_code == 200
+                side_request_done = True
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    assert content_after_side_request >= 1, "the side request should be answered before the stream ends"
+
+
+def test_a_client_hanging_up_stops_the_decoding(base_url: str) -> None:
+    headers = {"Authorization": f"Bearer {KEY}"}
+    long = {"model": "aggregator", "messages": PROMPT, "max_tokens": 300, "stream": True}
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream("POST", f"{base_url}/chat/completions", json=long, headers=headers) as response,
+    ):
+        next(response.iter_lines())
+    # 300 tokens would hold the model for ~30 s; hanging up must free it for the next request at once.
+    started = time.monotonic()
+    short = {"model": "aggregator", "messages": PROMPT, "max_tokens": 1}
+    assert httpx.post(f"{base_url}/chat/completions", json=short, headers=headers, timeout=60).status_code == 200
+    assert time.monotonic() - started < 10
+
+
+def test_errors_have_openai_shape_and_status(base_url: str, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="gpt-4o", messages=PROMPT, max_tokens=1)
+    assert unknown.value.status_code == 404 and unknown.value.code == "model_not_found"
+
+    with pytest.raises(openai.BadRequestError) as bad_n:
+        client.chat.completions.create(model="aggregator", messages=PROMPT, n=0, max_tokens=1)
+    assert bad_n.value.status_code == 400 and bad_n.value.param == "n"
+
+    with pytest.raises(openai.BadRequestError) as stream_n:
+        client.chat.completions.create(model="aggregator", messages=PROMPT, n=2, max_tokens=1, stream=True)
+    assert stream_n.value.param == "n"
+
+    wrong_key = openai.OpenAI(base_url=base_url, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as denied:
+        wrong_key.models.list()
+    assert denied.value.status_code == 401
+
+    no_key = httpx.post(f"{base_url}/chat/completions", json={"model": "aggregator", "messages": PROMPT})
+    assert no_key.status_code == 401
+    assert set(no_key.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_chat_openai_invoke(base_url: str, greedy_text: str) -> None:
+    model = ChatOpenAI(base_url=base_url, api_key=KEY, model="aggregator", temperature=0, max_tokens=8, max_retries=0)
+    reply = model.invoke("Count from 1 to 10.")
+    assert reply.content == greedy_text
+    assert reply.usage_metadata is not None and reply.usage_metadata["output_tokens"] == 8
+
+
+def test_serves_a_lora_adapter(smollm2_dir: Path, tmp_path: Path, greedy_text: str) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32, local_files_only=True)
+    # init_lora_weights=False: random non-zero weights, so the adapter really changes the model's output.
+    lora = LoraConfig(r=2, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    get_peft_model(base, lora).save_pretrained(tmp_path / "adapter")
+
+    with running(create_app(smollm2_dir, adapter=tmp_path / "adapter", served_model_name="ssa")) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused: no key configured", max_retries=0)
+        reply = client.chat.completions.create(model="ssa", messages=PROMPT, temperature=0, max_tokens=8)
+    assert reply.model == "ssa"
+    assert reply.choices[0].message.content != greedy_text
