@@ -26,7 +26,8 @@ def _model(args: argparse.Namespace) -> Any:
         if args.seed is not None:
             kwargs["seed"] = args.seed
         return load_chat_model(spec, **kwargs)
-    kwargs = {"max_tokens": args.max_tokens}
+    # The graph retries and times out each candidate itself; the client must not stack its own retries on top.
+    kwargs = {"max_tokens": args.max_tokens, "max_retries": 0, "timeout": args.timeout}
     if args.base_url:  # any OpenAI-compatible server, e.g. vLLM: the spec is the served model name
         from langchain_openai import ChatOpenAI
 

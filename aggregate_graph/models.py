@@ -35,6 +35,7 @@ def load_chat_model(spec: ModelSpec, **kwargs: Any) -> BaseChatModel:
             from langchain_openai import ChatOpenAI
         except ImportError as exc:
             raise ImportError(f"model {spec!r} needs langchain-openai: pip install 'aggregate-graph[openai]'") from exc
+        kwargs.setdefault("max_retries", 0)  # the graph's CandidatePolicy retries; the client must not add its own
         return ChatOpenAI(model=rest, **kwargs)
     try:
         from langchain.chat_models import init_chat_model
