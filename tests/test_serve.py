@@ -7,25 +7,21 @@ raw HTTP and `ChatOpenAI`. Generations are kept to 8 tokens (SmolLM2 decodes ~10
 from __future__ import annotations
 
 import json
-import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-import uvicorn
-from fastapi import FastAPI
 from langchain_openai import ChatOpenAI
 
 from aggregate_graph.serve.local import create_app
 from aggregate_graph.serve.vllm import VLLMNotFoundError, find_vllm, max_model_len_for, vllm_command
+from aggregate_graph.testing import running
 
 pytestmark = pytest.mark.slow
 
@@ -134,25 +130,6 @@ def test_cli_refuses_an_exposed_local_server_without_a_key() -> None:
 
 
 # --- the local engine: a real server --------------------------------------------------------------
-
-
-@contextmanager
-def running(app: FastAPI) -> Iterator[str]:
-    """Serve `app` on a free 127.0.0.1 port in a thread; yields the base URL (ending in /v1)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60  # startup includes loading the model
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
+from aggregate_graph.testing.threaded import ThreadedServer
 
 Reply = str | bytes
 NMode = Literal["honour", "ignore", "reject"]
@@ -69,8 +69,7 @@ class OpenAITestServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.app = self._build_app()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._threaded: ThreadedServer | None = None
         self.port = 0
 
     @property
@@ -166,26 +165,13 @@ class OpenAITestServer:
             }
 
     def start(self, port: int = 0) -> OpenAITestServer:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", timeout_graceful_shutdown=1, backlog=4096)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("test server did not start within 10 s")
-            time.sleep(0.01)
+        self._threaded = ThreadedServer(self.app, port, startup_timeout_s=10).start()
+        self.port = self._threaded.port
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        if self._threaded is not None:
+            self._threaded.stop()
 
     def __enter__(self) -> OpenAITestServer:
         return self.start()
