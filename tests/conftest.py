@@ -12,17 +12,6 @@ from aggregate_graph.testing import OpenAITestServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-# The real evaluation data lives beside the repository (../shared/data), never inside it.
-SHARED_DATA = Path(os.environ.get("AGGREGATE_GRAPH_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-
-
-def shared_data(relative: str) -> Path:
-    path = SHARED_DATA / relative
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: put the shared data at ../shared/data or set AGGREGATE_GRAPH_DATA")
-    return path
-
-
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
