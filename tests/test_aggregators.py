@@ -42,6 +42,10 @@ def test_ssa_prompt_and_parser():
     assert parse_ssa_output("<think>maybe <answer>3</answer>?</think> <answer>\\boxed{2}</answer>").answer == "2"
     assert parse_ssa_output("<think>2</think>").status == "no_answer_tag"
     assert parse_ssa_output("<answer> </answer>").status == "empty_answer"
+    quoted = "<think>Answer 2 says <answer>41</answer>, but 6*7 is 42</think> so 42"
+    assert parse_ssa_output(quoted).status == "no_answer_tag"  # an answer quoted in the reasoning never counts
+    assert parse_ssa_output("<think>cut off… <answer>41</answer> and then").answer is None
+    assert parse_ssa_output("<think><answer>41</answer></think> <answer>42</answer>").answer == "42"
 
 
 def test_ssa_in_the_graph_answers_from_the_model(serve):
@@ -51,6 +55,7 @@ def test_ssa_in_the_graph_answers_from_the_model(serve):
     out = graph.invoke(ASK)
     agg = out["sample_set"].aggregation
     assert agg.method == "ssa" and agg.answer == "42" and agg.details["parse_status"] == "parsed"
+    assert agg.votes == {"42": 1.0, "41": 1.0, "39": 1.0}  # the candidates' split is recorded beside the decision
     assert agg.details["raw_output"].startswith("<think>") and agg.details["candidates_shown"] == [0, 1, 2]
     assert out["messages"][-1].content == "6*7 = 42\n#### 42"  # the agreeing candidate's full solution
     assert agg.usage.prompt_tokens > 0 and out["sample_set"].usage.prompt_tokens > agg.usage.prompt_tokens
@@ -87,6 +92,8 @@ def test_gsr_can_be_right_when_every_candidate_is_wrong(serve):
     agg = GSRAggregator(chat(gsr), rounds=2).invoke(sample_set("6 + 7 = 13. #### 13", "#### 13"))
     assert agg.answer == "42" and agg.support == [] and agg.details["round"] == 2
     assert gsr.calls == 2 and "Solution 3:" in prompt_of(gsr, 1)  # round 2 sees round 1's refinement
+    assert [r["answer"] for r in agg.details["rounds"]] == ["42", "42"]
+    assert agg.usage.prompt_tokens == gsr.prompt_tokens_billed  # both rounds counted
     assert "Solution 3:" not in prompt_of(gsr, 0)
 
 
@@ -149,3 +156,22 @@ def test_every_aggregator_runs_async_in_the_graph(serve):
     ssa = serve(["<answer>42</answer>"])
     graph = build_aggregate_graph(chat(candidates), n=3, aggregator=SSAAggregator(chat(ssa)))
     assert asyncio.run(graph.ainvoke(ASK))["sample_set"].aggregation.answer == "42"
+
+
+def test_a_non_transient_model_error_falls_back_and_a_transient_one_raises(serve):
+    rejecting = serve(failure_rate=1.0, failure_status=400)
+    agg = SSAAggregator(chat(rejecting)).invoke(sample_set("#### 42", "#### 41", "#### 42"))
+    assert agg.answer == "42" and agg.details["parse_status"] == "model_error" and "400" in agg.details["error"]
+    overloaded = serve(failure_rate=1.0, failure_status=503)
+    with pytest.raises(Exception, match="503"):  # the graph's retry policy for the aggregate node retries these
+        SSAAggregator(chat(overloaded)).invoke(sample_set("#### 42"))
+
+
+def test_raw_output_survives_when_the_fallback_cannot_answer_either(serve):
+    from aggregate_graph import AggregationError
+
+    ssa = serve(["no idea"])
+    with pytest.raises(AggregationError) as err:
+        SSAAggregator(chat(ssa)).invoke(sample_set("I do not know.", "Hard to say."))
+    record = err.value.sample_set.aggregation
+    assert record.details["raw_output"] == "no idea" and record.details["parse_status"] == "no_answer_tag"

@@ -3,6 +3,7 @@ complete solution ending in `\\boxed{…}` — which can be right when every can
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
@@ -10,7 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.llm import Decision, LLMAggregator, ask, render_candidates, shown_candidates
 from aggregate_graph.answers import boxed_answer
-from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 GSR_INSTRUCTION = (
     "The solutions above may contain mistakes, and may all be wrong. Check their reasoning, then write a new, "
@@ -53,18 +54,26 @@ class GSRAggregator(LLMAggregator):
         """The previous round's solution, shown to the next round beside the original candidates."""
         return Candidate(index=len(sample_set.candidates), text=refined.text, answer=refined.answer, model="gsr")
 
+    @staticmethod
+    def _combine(rounds: list[Aggregation], started: float) -> Aggregation:
+        """The last round's result, with every round's cost and record."""
+        usage = sum((r.usage for r in rounds if r.usage), Usage())
+        record = [{k: r.details.get(k) for k in ("raw_output", "parse_status")} | {"answer": r.answer} for r in rounds]
+        details = {**rounds[-1].details, "round": len(rounds), "rounds": record}
+        return rounds[-1].model_copy(
+            update={"usage": usage, "latency_s": time.perf_counter() - started, "details": details}
+        )
+
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
-        shown = shown_candidates(sample_set, self.k)
-        result = self.run(sample_set, shown, config)
-        for round_no in range(2, self.rounds + 1):
-            result = self.run(sample_set, [*shown, self._refinement(sample_set, result)], config)
-            result.details["round"] = round_no
-        return result
+        started, shown = time.perf_counter(), shown_candidates(sample_set, self.k)
+        rounds = [self.run(sample_set, shown, config)]
+        while len(rounds) < self.rounds:
+            rounds.append(self.run(sample_set, [*shown, self._refinement(sample_set, rounds[-1])], config))
+        return self._combine(rounds, started)
 
     async def aaggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
-        shown = shown_candidates(sample_set, self.k)
-        result = await self.arun(sample_set, shown, config)
-        for round_no in range(2, self.rounds + 1):
-            result = await self.arun(sample_set, [*shown, self._refinement(sample_set, result)], config)
-            result.details["round"] = round_no
-        return result
+        started, shown = time.perf_counter(), shown_candidates(sample_set, self.k)
+        rounds = [await self.arun(sample_set, shown, config)]
+        while len(rounds) < self.rounds:
+            rounds.append(await self.arun(sample_set, [*shown, self._refinement(sample_set, rounds[-1])], config))
+        return self._combine(rounds, started)

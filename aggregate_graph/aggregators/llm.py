@@ -15,11 +15,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.base import AggregationError, Aggregator
 from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.answers import equivalent, normalize_answer
+from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
-from aggregate_graph.sampling import message_text
+from aggregate_graph.sampling import describe, is_transient, message_text
 
 CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
 _MARKUP = re.compile(r"</?\s*(answer|think)\s*>", re.IGNORECASE)
@@ -60,6 +60,13 @@ def usage_of(message: BaseMessage) -> Usage | None:
         completion_tokens=meta.get("output_tokens", 0),
         total_tokens=meta.get("total_tokens", 0),
     )
+
+
+def tally(sample_set: SampleSet) -> dict[str, float]:
+    """How the candidates' answers split, recorded beside any model's decision."""
+    answered = [c for c in sample_set.succeeded if c.answer is not None]
+    classes = group_equivalent([c.answer for c in answered])
+    return {normalize_answer(answered[cls[0]].answer) or "": float(len(cls)) for cls in classes}
 
 
 def supporting(candidates: Sequence[Candidate], answer: str | None) -> list[Candidate]:
@@ -105,52 +112,83 @@ class LLMAggregator(Aggregator):
     ) -> Aggregation:
         output = message_text(response) if isinstance(response, BaseMessage) else str(response)
         decision = self.decide(output, shown)
-        usage = usage_of(response) if isinstance(response, AIMessage) else None
         details = {
             "raw_output": output,
             "parse_status": decision.parse_status,
             "candidates_shown": [c.index for c in shown],
             **decision.details,
         }
-        latency = time.perf_counter() - started
+        usage = usage_of(response) if isinstance(response, AIMessage) else None
         if decision.answer is None:  # never silent: the record says the model's answer was not used, and why
-            fallback = self.fallback.invoke(sample_set, config)
-            details.update(fallback=fallback.method, fallback_votes=fallback.votes)
-            return Aggregation(
-                method=self.name,
-                answer=fallback.answer,
-                text=fallback.text,
-                votes=fallback.votes,
-                support=fallback.support,
-                tie=fallback.tie,
-                usage=usage,
-                latency_s=latency,
-                details=details,
-            )
+            return self._fall_back(sample_set, details, usage, started, config)
         backing = supporting(sample_set.succeeded, decision.answer)
         return Aggregation(
             method=self.name,
             answer=normalize_answer(decision.answer),
             text=decision.text,
+            votes=tally(sample_set),
             support=[c.index for c in backing],
             usage=usage,
-            latency_s=latency,
+            latency_s=time.perf_counter() - started,
             details=details,
         )
+
+    def _fall_back(
+        self, sample_set: SampleSet, details: dict[str, Any], usage: Usage | None, started: float, config: Any
+    ) -> Aggregation:
+        try:
+            fallback = self.fallback.invoke(sample_set, config)
+        except AggregationError as exc:  # keep what the model said on the error's record of the run
+            record = Aggregation(method=self.name, answer=None, text="", usage=usage, details=details)
+            exc.sample_set = sample_set.model_copy(update={"aggregation": record})
+            raise
+        details.update(fallback=fallback.method, fallback_votes=fallback.votes)
+        return Aggregation(
+            method=self.name,
+            answer=fallback.answer,
+            text=fallback.text,
+            votes=fallback.votes,
+            support=fallback.support,
+            tie=fallback.tie,
+            usage=usage,
+            latency_s=time.perf_counter() - started,
+            details=details,
+        )
+
+    def _model_failed(
+        self, sample_set: SampleSet, shown: list[Candidate], exc: Exception, started: float, config: Any
+    ) -> Aggregation:
+        """A transient error is raised again (the graph's retry policy retries the node); any other (e.g. the
+        prompt is over the server's context) falls back to majority vote, recorded, so the candidates count."""
+        if is_transient(exc):
+            raise exc
+        details = {
+            "raw_output": "",
+            "parse_status": "model_error",
+            "error": describe(exc),
+            "candidates_shown": [c.index for c in shown],
+        }
+        return self._fall_back(sample_set, details, None, started, config)
 
     def run(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None) -> Aggregation:
         """One model call over `shown` (usually the first k successful candidates of `sample_set`)."""
         started = time.perf_counter()
-        if not shown:  # nothing to show the model; majority vote names the problem
-            return self.fallback.invoke(sample_set, config)
-        response = self.model.invoke(self.render(sample_set, shown), config)
+        if not shown:
+            return self._fall_back(sample_set, {"parse_status": "no_candidates_to_show"}, None, started, config)
+        try:
+            response = self.model.invoke(self.render(sample_set, shown), config)
+        except Exception as exc:
+            return self._model_failed(sample_set, shown, exc, started, config)
         return self._aggregation(sample_set, shown, response, started, config)
 
     async def arun(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None) -> Aggregation:
         started = time.perf_counter()
         if not shown:
-            return await self.fallback.ainvoke(sample_set, config)
-        response = await self.model.ainvoke(self.render(sample_set, shown), config)
+            return self._fall_back(sample_set, {"parse_status": "no_candidates_to_show"}, None, started, config)
+        try:
+            response = await self.model.ainvoke(self.render(sample_set, shown), config)
+        except Exception as exc:
+            return self._model_failed(sample_set, shown, exc, started, config)
         return self._aggregation(sample_set, shown, response, started, config)
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:

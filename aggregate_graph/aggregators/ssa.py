@@ -38,6 +38,12 @@ class SSAOutput:
 def parse_ssa_output(text: str) -> SSAOutput:
     """The final answer of an SSA completion: the content of its last `<answer>` tag (a `\\boxed{}` inside is
     unwrapped). Reasoning inside `<think>` never counts, and only the last tag does."""
+    # Only what follows the reasoning counts: an <answer> quoted inside <think>, closed or cut off, does not.
+    lowered = text.lower()
+    if (close := lowered.rfind("</think>")) >= 0:
+        text, lowered = text[close + len("</think>") :], lowered[close + len("</think>") :]
+    if (still_thinking := lowered.find("<think>")) >= 0:
+        text = text[:still_thinking]
     tag = _last_answer_tag(text)
     if tag is None:
         return SSAOutput(None, "no_answer_tag")

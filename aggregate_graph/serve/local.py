@@ -9,6 +9,7 @@ and `LocalChatModel` serialises it, so the event loop keeps answering while a re
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -160,6 +161,10 @@ def create_app(
             "data": [{"id": served_model_name, "object": "model", "created": created, "owned_by": "aggregate-graph"}],
         }
 
+    # One generation at a time, queued on the event loop: waiting on the model's own thread lock instead would
+    # park requests in the worker-thread pool, and a stream needs a pool thread for every next token.
+    gate = asyncio.Lock()
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         body = await _read_json(request)
@@ -185,9 +190,10 @@ def create_app(
             if (chat.n or 1) > 1:
                 raise OpenAIError(400, "streaming returns one choice here; use n=1 or stream=false", param="n")
             include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-            events = _stream_events(model, messages, chat, head, include_usage=include_usage)
+            events = _stream_events(model, gate, messages, chat, head, include_usage=include_usage)
             return StreamingResponse(events, media_type="text/event-stream")
-        result = await model.agenerate([messages], stop=chat.stops(), **chat.options())
+        async with gate:
+            result = await model.agenerate([messages], stop=chat.stops(), **chat.options())
         choices = [
             {
                 "index": i,
@@ -231,6 +237,7 @@ def is_loopback(host: str) -> bool:
 
 async def _stream_events(
     model: LocalChatModel,
+    gate: asyncio.Lock,
     messages: list[BaseMessage],
     chat: ChatRequest,
     head: dict[str, Any],
@@ -250,7 +257,7 @@ async def _stream_events(
     try:
         # aclosing: a client that hangs up closes the model's stream at once, which stops its decoding
         # (and frees the model for the next request) instead of waiting for garbage collection.
-        async with aclosing(model.astream(messages, stop=chat.stops(), **chat.options())) as pieces:
+        async with gate, aclosing(model.astream(messages, stop=chat.stops(), **chat.options())) as pieces:
             async for piece in pieces:
                 if piece.text:
                     yield chunk({"content": piece.text})
