@@ -6,6 +6,7 @@ raw HTTP and `ChatOpenAI`. Generations are kept to 8 tokens (SmolLM2 decodes ~10
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 import subprocess
@@ -276,3 +277,21 @@ def test_serves_a_lora_adapter(smollm2_dir: Path, tmp_path: Path, greedy_text: s
         reply = client.chat.completions.create(model="ssa", messages=PROMPT, temperature=0, max_tokens=8)
     assert reply.model == "ssa"
     assert reply.choices[0].message.content != greedy_text
+
+
+def test_a_stream_and_many_concurrent_requests_all_finish(base_url: str) -> None:
+    """A stream and eight plain requests at once all complete (generations are queued one at a time)."""
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+
+    async def streamed() -> str:
+        stream = await client.chat.completions.create(model="aggregator", messages=PROMPT, max_tokens=4, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    async def plain() -> str:
+        done = await client.chat.completions.create(model="aggregator", messages=PROMPT, max_tokens=2)
+        return done.choices[0].message.content or ""
+
+    async def everything() -> list[str]:
+        return await asyncio.wait_for(asyncio.gather(streamed(), *(plain() for _ in range(8))), timeout=120)
+
+    assert len(asyncio.run(everything())) == 9
