@@ -118,14 +118,13 @@ def _serve_vllm(args: argparse.Namespace) -> int:
             port=args.port,
             max_model_len=args.max_model_len,
             vllm=args.vllm,
-            api_key=args.api_key,
         )
     except (VLLMNotFoundError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    shown = ["***" if i and command[i - 1] == "--api-key" else part for i, part in enumerate(command)]
-    print(f"running: {shlex.join(shown)}", file=sys.stderr, flush=True)
-    exec_vllm(command)
+    key_note = " (API key in VLLM_API_KEY)" if args.api_key else ""
+    print(f"running: {shlex.join(command)}{key_note}", file=sys.stderr, flush=True)
+    exec_vllm(command, api_key=args.api_key)
 
 
 def _serve_local(args: argparse.Namespace) -> int:

@@ -71,7 +71,6 @@ def vllm_command(
     port: int = 8000,
     max_model_len: int | None = None,
     vllm: str | Path | None = None,
-    api_key: str | None = None,
 ) -> list[str]:
     """`vllm serve` for the aggregator in `model_dir` (or the word `smollm2`), as an argv list.
 
@@ -98,14 +97,16 @@ def vllm_command(
         if isinstance(rank, int) and rank > _VLLM_DEFAULT_LORA_RANK:
             command += ["--max-lora-rank", str(_lora_rank_slot(rank))]
     command += ["--host", host, "--port", str(port), "--max-model-len", str(max_model_len), "--enable-prefix-caching"]
-    if api_key is not None:
-        command += ["--api-key", api_key]
     return command
 
 
-def exec_vllm(command: list[str]) -> NoReturn:
-    """Replace this process with vLLM, so signals (Ctrl-C, a supervisor's SIGTERM) reach it directly."""
-    os.execv(command[0], command)
+def exec_vllm(command: list[str], api_key: str | None = None) -> NoReturn:
+    """Replace this process with vLLM, so signals (Ctrl-C, a supervisor's SIGTERM) reach it directly.
+
+    The API key goes in vLLM's `VLLM_API_KEY` environment variable, not its argv, which any local user can
+    read with `ps`."""
+    env = dict(os.environ) if api_key is None else {**os.environ, "VLLM_API_KEY": api_key}
+    os.execve(command[0], command, env)
 
 
 def _lora_rank_slot(rank: int) -> int:
