@@ -57,6 +57,7 @@ class Candidate(BaseModel):
     latency_s: float | None = None
     finish_reason: str | None = None
     error: str | None = None
+    error_status: int | None = Field(default=None, description="the HTTP status of a failed request, if it had one")
     wave: int = 0
 
     @field_validator("text", "answer", "model", "finish_reason", "error", mode="before")

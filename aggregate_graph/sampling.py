@@ -166,6 +166,7 @@ def _candidates(
 
 
 def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
+    status = getattr(exc, "status_code", None)
     return [
         Candidate(
             index=i,
@@ -173,6 +174,7 @@ def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) ->
             params=sampler.params,
             latency_s=latency,
             error=describe(exc),
+            error_status=status if isinstance(status, int) else None,
             wave=draw.wave,
         )
         for i in draw.indices
@@ -180,11 +182,12 @@ def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) ->
 
 
 def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dict[str, Any]:
-    # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens
-    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks"), "tags": [TAG_NOSTREAM]}
+    # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens;
+    # stream=False: LangChain would otherwise stream whenever a streaming callback is attached, which costs
+    # more per call and yields one choice, not k.
+    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks"), "tags": [TAG_NOSTREAM], "stream": False}
     if k > 1:
-        # LangChain streams when a streaming callback is attached, and a stream yields one choice, not k
-        kwargs.update(n=k, stream=False)
+        kwargs["n"] = k
     if sampler.temperature is not None:
         kwargs["temperature"] = sampler.temperature
     return kwargs

@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from aggregate_graph.testing.threaded import ThreadedServer
 
@@ -37,8 +38,10 @@ class OpenAITestServer:
         -> reply`; a `bytes` reply is sent raw inside the JSON string, to test undecodable bodies.
     n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
         (as many servers do), "reject" answers 400 to n > 1.
-    failure_rate / failure_status: share of requests answered with that error; fail_first: the first
-        requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
+    failure_rate / failure_status / failure_message: share of requests answered with that error; fail_first:
+        the first requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
+    token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
+    `authorizations` records each request's Authorization header, to check which key a client sent.
     """
 
     def __init__(
@@ -55,13 +58,17 @@ class OpenAITestServer:
         seed: int = 0,
         model: str = "test-model",
         finish_reason: str = "stop",
+        failure_message: str = "injected failure",
+        token_latency_s: float = 0.0,
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
         self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
+        self.failure_message, self.token_latency_s = failure_message, token_latency_s
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
         self.samples_served = 0
         self.prompt_tokens_billed = 0
         self.errors_sent = 0
@@ -123,11 +130,13 @@ class OpenAITestServer:
 
         async def answer(request: Request) -> Response:
             body = await request.json()
+            with self._lock:
+                self.authorizations.append(request.headers.get("authorization"))
             fault = self._admit(body)
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             if fault == "error":
-                return _error(self.failure_status, "injected failure", "server_error")
+                return _error(self.failure_status, self.failure_message, "server_error")
             if fault == "hang":
                 await asyncio.sleep(self.hang_s)
             n = int(body.get("n") or 1)
@@ -146,11 +155,40 @@ class OpenAITestServer:
             )
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
+            if body.get("stream"):
+                if n > 1:
+                    return _error(400, "streaming returns one choice here", "invalid_request_error", "n")
+                usage = (body.get("stream_options") or {}).get("include_usage", False)
+                events = self._stream(body.get("model") or self.model, replies[0], prompt_tokens, usage)
+                return StreamingResponse(events, media_type="text/event-stream")
             return _completion(
                 body.get("model") or self.model, replies, prompt_tokens, completion_tokens, self.finish_reason
             )
 
         return app
+
+    async def _stream(self, model: str, reply: Reply, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
+        """The reply as server-sent events, a word per chunk, `token_latency_s` apart."""
+        text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
+        head["model"] = model
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        for i, word in enumerate(re.findall(r"\s*\S+", text)):
+            if i and self.token_latency_s:
+                await asyncio.sleep(self.token_latency_s)
+            yield chunk({"content": word})
+        yield chunk({}, self.finish_reason)
+        if include_usage:
+            completion_tokens = count_tokens(text)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+            usage["total_tokens"] = prompt_tokens + completion_tokens
+            yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
+        yield "data: [DONE]\n\n"
 
     def stats(self) -> dict[str, int]:
         """Counters, also served at GET /test/stats for a server in another process."""

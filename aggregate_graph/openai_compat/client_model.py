@@ -1,0 +1,146 @@
+"""A LangChain chat model over an `openai` client's own `chat.completions.create`.
+
+`wrap_openai` draws candidates and runs model-backed aggregators through the client the user already
+configured (key, base URL, headers, retries, timeout, http client), passing every request option the caller
+gave — not through a second client built from settings that would have to be copied over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_openai_messages
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from pydantic import ConfigDict, Field
+
+
+def _usage(usage: Any) -> UsageMetadata | None:
+    if usage is None:
+        return None
+    prompt, completion = usage.prompt_tokens or 0, usage.completion_tokens or 0
+    return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+
+
+class OpenAIClientChatModel(BaseChatModel):
+    """Calls `create` (an unwrapped `client.chat.completions.create`, sync or async) with `model`, the
+    converted messages and `request` (any other chat-completions options)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    create: Callable[..., Any] = Field(exclude=True)
+    is_async: bool = False
+    model: str
+    request: dict[str, Any] = Field(default_factory=dict)
+    n: int = 1  # declares that this model takes `n`, so the graph asks for n candidates in one request
+
+    @property
+    def _llm_type(self) -> str:
+        return "openai-client"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model, **self.request}
+
+    def _combine_llm_outputs(self, llm_outputs: list[dict[str, Any] | None], /) -> dict[str, Any]:
+        # The base class drops llm_output; the graph reads each request's usage from it.
+        return next((o for o in llm_outputs if o), {})
+
+    def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs.pop("stream", None)
+        body = {**self.request, **kwargs, "model": self.model, "messages": convert_to_openai_messages(messages)}
+        if stop is not None:
+            body["stop"] = stop
+        if body.get("n") == 1:
+            body.pop("n")
+        return body
+
+    def _result(self, response: Any) -> ChatResult:
+        generations = []
+        for i, choice in enumerate(response.choices):
+            meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
+            message = AIMessage(
+                content=choice.message.content or "",
+                response_metadata=meta,
+                id=response.id,
+                # The request's usage, once: a request with n choices bills its prompt once.
+                usage_metadata=_usage(response.usage) if i == 0 else None,
+            )
+            generations.append(ChatGeneration(message=message, generation_info={"finish_reason": choice.finish_reason}))
+        usage = response.usage.model_dump() if response.usage is not None else None
+        return ChatResult(generations=generations, llm_output={"token_usage": usage, "model_name": response.model})
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if self.is_async:
+            raise TypeError("this model wraps an async client: call it with ainvoke / agenerate")
+        return self._result(self.create(**self._body(messages, stop, kwargs)))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if not self.is_async:
+            return await super()._agenerate(messages, stop, run_manager, **kwargs)
+        return self._result(await self.create(**self._body(messages, stop, kwargs)))
+
+    def _stream_body(
+        self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> dict[str, Any]:
+        return {**self._body(messages, stop, kwargs), "stream": True, "stream_options": {"include_usage": True}}
+
+    @staticmethod
+    def _chunk(event: Any) -> ChatGenerationChunk | None:
+        if not event.choices:  # the closing usage chunk
+            usage = _usage(event.usage)
+            if usage is None:
+                return None
+            return ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=usage))
+        choice = event.choices[0]
+        meta = {"finish_reason": choice.finish_reason, "model_name": event.model} if choice.finish_reason else {}
+        return ChatGenerationChunk(message=AIMessageChunk(content=choice.delta.content or "", response_metadata=meta))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        if self.is_async:
+            raise TypeError("this model wraps an async client: call it with astream")
+        with self.create(**self._stream_body(messages, stop, kwargs)) as events:
+            for event in events:
+                if (chunk := self._chunk(event)) is not None:
+                    if run_manager is not None and chunk.text:
+                        run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        if not self.is_async:
+            async for chunk in super()._astream(messages, stop, run_manager, **kwargs):
+                yield chunk
+            return
+        async with await self.create(**self._stream_body(messages, stop, kwargs)) as events:
+            async for event in events:
+                if (chunk := self._chunk(event)) is not None:
+                    if run_manager is not None and chunk.text:
+                        await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+                    yield chunk

@@ -1,0 +1,146 @@
+"""Reading a chat-completions request as an aggregation plan: which options go to the candidates, which
+control the aggregation (`extra_body={"aggregation": {...}}` or a `method/` model prefix), and which cannot
+be aggregated and are refused rather than silently dropped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import BaseMessage, convert_to_messages
+from openai import NotGiven, Omit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+OPTIONS_KEY = "aggregation"
+METHODS = ("majority", "ssa", "gsr", "usc")
+
+# Options whose result cannot be aggregated from candidates' final answers: a tool call, a JSON object, the
+# candidates' token log-probabilities or audio are not what the aggregated answer is made of.
+_REFUSED = {
+    "tools": "tool calls",
+    "functions": "function calls",
+    "response_format": "structured output",
+    "logprobs": "log-probabilities",
+    "top_logprobs": "log-probabilities",
+    "audio": "audio output",
+    "prediction": "predicted outputs",
+}
+
+
+class RequestError(ValueError):
+    """A request that cannot be aggregated as given; `param` names the offending field (as OpenAI does)."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+class AggregationOptions(BaseModel):
+    """Per-request control, sent as `extra_body={"aggregation": {...}}` (or a JSON body field `aggregation`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=True, description="false: the request goes to the model as it is")
+    n: int | None = Field(default=None, ge=1, description="candidates to draw (default: the wrapper's n)")
+    method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
+    min_candidates: int | None = Field(default=None, ge=1, description="fewer successful candidates is an error")
+
+
+@dataclass
+class Plan:
+    """An aggregated request: `choices` independent aggregations of `n` candidates each."""
+
+    model: str
+    messages: list[BaseMessage]
+    method: str | None
+    n: int | None
+    min_candidates: int | None
+    choices: int
+    stream: bool
+    include_usage: bool
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def given(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The options the caller really set: openai's NOT_GIVEN / omit sentinels dropped."""
+    return {k: v for k, v in kwargs.items() if not isinstance(v, NotGiven | Omit)}
+
+
+def split_options(kwargs: dict[str, Any]) -> tuple[AggregationOptions, dict[str, Any]]:
+    """Our options out of `extra_body`, and the request without them (the rest of `extra_body` stays)."""
+    kwargs = given(kwargs)
+    extra = kwargs.get("extra_body")
+    if extra is None or OPTIONS_KEY not in extra:
+        return AggregationOptions(), kwargs
+    if not isinstance(extra, dict):
+        raise RequestError("extra_body must be a JSON object", param="extra_body")
+    extra = dict(extra)
+    raw = extra.pop(OPTIONS_KEY)
+    try:
+        options = AggregationOptions.model_validate(raw if raw is not None else {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in (OPTIONS_KEY, *first["loc"]))
+        raise RequestError(f"{where}: {first['msg']}", param=where) from None
+    rest = {**kwargs, "extra_body": extra} if extra else {k: v for k, v in kwargs.items() if k != "extra_body"}
+    return options, rest
+
+
+def _method_prefix(model: str) -> tuple[str | None, str]:
+    """`ssa/gpt-4o-mini` → ("ssa", "gpt-4o-mini"). Only known method names count: served model names such as
+    `meta-llama/Llama-3.1-8B` contain slashes too."""
+    head, sep, rest = model.partition("/")
+    return (head, rest) if sep and head in METHODS and rest else (None, model)
+
+
+def _positive_int(value: Any, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"{param} must be a positive integer, got {value!r}", param=param)
+    return value
+
+
+def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
+    """The plan for an aggregated request (`kwargs` without our options), or a RequestError saying what
+    cannot be aggregated."""
+    kwargs = dict(kwargs)
+    model = kwargs.pop("model", None)
+    if not isinstance(model, str) or not model:
+        raise RequestError("model is required", param="model")
+    raw_messages = kwargs.pop("messages", None)
+    if not isinstance(raw_messages, list | tuple) or not raw_messages:
+        raise RequestError("messages must be a non-empty list", param="messages")
+    try:
+        messages = convert_to_messages(list(raw_messages))
+    except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
+        raise RequestError(f"messages: {exc}", param="messages") from None
+    for key, what in _REFUSED.items():
+        value = kwargs.get(key)
+        if value in (None, False, [], {}) or (key == "response_format" and value == {"type": "text"}):
+            continue
+        raise RequestError(
+            f"{key!r} asks for {what}, which cannot be aggregated from candidate answers; send the request "
+            f'with extra_body={{"{OPTIONS_KEY}": {{"enabled": false}}}} to call the model directly',
+            param=key,
+        )
+    if "audio" in (kwargs.get("modalities") or []):
+        raise RequestError("audio output cannot be aggregated", param="modalities")
+    method_from_model, model = _method_prefix(model)
+    method = options.method or method_from_model
+    if method is not None and method not in METHODS:
+        raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
+    choices = _positive_int(kwargs.pop("n", None) or 1, "n")
+    stream = bool(kwargs.pop("stream", False))
+    stream_options = kwargs.pop("stream_options", None) or {}
+    if stream and choices > 1:
+        raise RequestError("stream=True gives one aggregated answer; use n=1, or stream=False for n answers", "n")
+    return Plan(
+        model=model,
+        messages=messages,
+        method=method,
+        n=options.n,
+        min_candidates=options.min_candidates,
+        choices=choices,
+        stream=stream,
+        include_usage=bool(stream_options.get("include_usage")),
+        params=kwargs,
+    )

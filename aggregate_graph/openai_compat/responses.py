@@ -1,0 +1,157 @@
+"""Sample sets as OpenAI responses: a `ChatCompletion` whose choices are aggregated answers, or the chunks of
+a stream — candidate progress first, then the aggregator model's tokens as they are produced, then the
+answer. Either way the sample sets ride along in an extra `sample_sets` field (`sample_sets_from` reads it).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.messages import AIMessageChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from aggregate_graph.openai_compat.request import Plan
+from aggregate_graph.sample_set import SampleSet, Usage
+from aggregate_graph.sampling import message_text
+
+SAMPLE_SETS_FIELD = "sample_sets"
+CANDIDATE_FIELD = "candidate"
+
+
+def _usage(sample_sets: list[SampleSet]) -> dict[str, int]:
+    return sum((s.usage for s in sample_sets), Usage()).model_dump()
+
+
+def _reasoning(sample_set: SampleSet) -> str | None:
+    """What the aggregator model wrote (SSA's deliberation, GSR's refinement), when a model was asked."""
+    raw = sample_set.aggregation.details.get("raw_output") if sample_set.aggregation else None
+    return raw or None
+
+
+def completion(plan: Plan, sample_sets: list[SampleSet]) -> ChatCompletion:
+    """One choice per sample set: the aggregated text; `usage` is every candidate's and aggregator's."""
+    choices = []
+    for i, sample_set in enumerate(sample_sets):
+        message: dict[str, Any] = {"role": "assistant", "content": sample_set.aggregation.text}
+        if (reasoning := _reasoning(sample_set)) is not None:
+            message["reasoning_content"] = reasoning
+        choices.append({"index": i, "message": message, "finish_reason": "stop", "logprobs": None})
+    return ChatCompletion.model_validate(
+        {
+            "id": f"chatcmpl-agg-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": plan.model,
+            "choices": choices,
+            "usage": _usage(sample_sets),
+            SAMPLE_SETS_FIELD: [s.model_dump(mode="json") for s in sample_sets],
+        }
+    )
+
+
+def sample_sets_from(response: Any) -> list[SampleSet]:
+    """The sample sets behind a response of `wrap_openai` or the proxy (a ChatCompletion, the last chunk of a
+    stream, or their JSON), one per choice; [] for a response that was not aggregated."""
+    raw = response.get(SAMPLE_SETS_FIELD) if isinstance(response, dict) else getattr(response, SAMPLE_SETS_FIELD, None)
+    return [SampleSet.model_validate(s) for s in raw or []]
+
+
+class ChunkWriter:
+    """The chunks of one aggregated stream, in the order the graph's stream produces what they carry."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.head = {
+            "id": f"chatcmpl-agg-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": plan.model,
+        }
+
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> ChatCompletionChunk:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
+        usage = {"usage": None} if self.plan.include_usage else {}
+        return ChatCompletionChunk.model_validate({**self.head, "choices": [choice], **usage, **extra})
+
+    def opening(self) -> ChatCompletionChunk:
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def event(self, mode: str, data: Any) -> ChatCompletionChunk | None:
+        """A chunk for one item of the graph's `stream_mode=["custom", "messages"]` stream, if it shows one.
+
+        A candidate's progress has an empty delta (so `chunk.choices[0].delta.content` stays safe to read)
+        and the event in an extra `candidate` field. The aggregator model's tokens are `reasoning_content`,
+        as vLLM streams a reasoning model's thinking: what it writes is deliberation, and the answer it
+        settles on (possibly a candidate's solution) is the `content` that follows."""
+        if mode == "custom":
+            return self.chunk({}, **{CANDIDATE_FIELD: data})
+        if mode == "messages":
+            message, metadata = data
+            from_aggregator = isinstance(message, AIMessageChunk) and metadata.get("langgraph_node") == "aggregate"
+            if from_aggregator and (text := message_text(message)):
+                return self.chunk({"reasoning_content": text})
+        return None
+
+    def closing(self, sample_set: SampleSet) -> list[ChatCompletionChunk]:
+        """The answer, the finish (with the sample set) and, when asked for, the usage chunk."""
+        chunks = [
+            self.chunk({"content": sample_set.aggregation.text}),
+            self.chunk({}, "stop", **{SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]}),
+        ]
+        if self.plan.include_usage:
+            usage = _usage([sample_set])
+            chunks.append(ChatCompletionChunk.model_validate({**self.head, "choices": [], "usage": usage}))
+        return chunks
+
+
+class ChunkStream:
+    """What a wrapped sync client returns for `stream=True`: iterate it, or use it as a context manager
+    (like openai's `Stream`)."""
+
+    def __init__(self, chunks: Iterator[ChatCompletionChunk]) -> None:
+        self._chunks = chunks
+
+    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+        return self._chunks
+
+    def __next__(self) -> ChatCompletionChunk:
+        return next(self._chunks)
+
+    def __enter__(self) -> ChunkStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop early: closing the generator closes the graph's stream and the aggregator's request."""
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+
+
+class AsyncChunkStream:
+    """What a wrapped async client returns for `stream=True` (like openai's `AsyncStream`)."""
+
+    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
+        self._chunks = chunks
+
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+        return self._chunks
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        return await anext(self._chunks)
+
+    async def __aenter__(self) -> AsyncChunkStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        aclose = getattr(self._chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
