@@ -17,6 +17,7 @@ from aggregate_graph.graph import AdaptiveSampling, AggregateState, QuorumError,
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
 from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
+from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
 from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 from aggregate_graph.sampling import CandidatePolicy, Sampler
@@ -70,4 +71,6 @@ __all__ = [
     "normalize_answer",
     "pool_metrics",
     "read_sample_sets",
+    "sample_sets_from",
+    "wrap_openai",
 ]

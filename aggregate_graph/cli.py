@@ -1,10 +1,12 @@
 """`aggregate-graph ask "QUESTION" --n 5 [--model SPEC]`: run the prebuilt graph and show the work.
-`aggregate-graph serve-aggregator MODEL_DIR --engine vllm|local`: serve an aggregator over the OpenAI API."""
+`aggregate-graph serve-aggregator MODEL_DIR --engine vllm|local`: serve an aggregator over the OpenAI API.
+`aggregate-graph proxy --upstream URL`: an OpenAI-compatible server answering with aggregations."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from typing import Any
@@ -152,6 +154,86 @@ def _serve_local(args: argparse.Namespace) -> int:
     return 0
 
 
+def proxy(args: argparse.Namespace) -> int:
+    try:
+        from aggregate_graph.openai_compat.proxy import ProxyConfig, serve_proxy
+    except ImportError as exc:
+        print(f"error: the proxy needs the serve extra (pip install '.[serve]'): {exc}", file=sys.stderr)
+        return 2
+    # Keys come from the environment, never the command line, where any user of the machine can read them.
+    keys = {}
+    for field, env in (
+        ("api_key", args.api_key_env),
+        ("upstream_api_key", args.upstream_api_key_env),
+        ("aggregator_api_key", args.aggregator_api_key_env),
+    ):
+        if os.environ.get(env):
+            keys[field] = os.environ[env]
+    try:
+        config = ProxyConfig(
+            upstream=args.upstream,
+            aggregator=args.aggregator,
+            aggregator_base_url=args.aggregator_base_url,
+            aggregator_model=args.aggregator_model,
+            n=args.n,
+            min_candidates=args.min_candidates,
+            upstream_timeout_s=args.upstream_timeout,
+            upstream_retries=args.upstream_retries,
+            max_n=args.max_n,
+            max_body_bytes=args.max_body_bytes,
+            max_prompt_chars=args.max_prompt_chars,
+            max_concurrency=args.max_concurrency,
+            max_request_s=args.max_request_seconds,
+            **keys,
+        )
+        print(
+            f"proxy on http://{args.host}:{args.port}/v1 → {args.upstream} (aggregator: {args.aggregator}, "
+            f"n={args.n}, client key {'required' if config.api_key else 'not required'})",
+            file=sys.stderr,
+            flush=True,
+        )
+        serve_proxy(config, host=args.host, port=args.port)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _proxy_parser(commands: Any) -> None:
+    x = commands.add_parser(
+        "proxy", help="an OpenAI-compatible server that answers chat completions with aggregated candidates"
+    )
+    x.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
+    x.add_argument("--aggregator", default="majority", help="default method: majority, ssa, gsr or usc")
+    x.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
+    x.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
+    x.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
+    x.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
+    x.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
+    x.add_argument("--port", type=int, default=8080)
+    x.add_argument(
+        "--api-key-env",
+        default="AGGREGATE_GRAPH_PROXY_KEY",
+        help="environment variable holding the key clients must send (default AGGREGATE_GRAPH_PROXY_KEY)",
+    )
+    x.add_argument(
+        "--upstream-api-key-env", default="OPENAI_API_KEY", help="environment variable with the upstream's key"
+    )
+    x.add_argument(
+        "--aggregator-api-key-env",
+        default="AGGREGATOR_API_KEY",
+        help="environment variable with the aggregator server's key (the upstream key is never sent there)",
+    )
+    x.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
+    x.add_argument("--upstream-retries", type=int, default=2, help="retries of 429/5xx/timeouts per request")
+    x.add_argument("--max-n", type=int, default=64, help="samples per request: n × choices (default 64)")
+    x.add_argument("--max-body-bytes", type=int, default=1_000_000)
+    x.add_argument("--max-prompt-chars", type=int, default=200_000)
+    x.add_argument("--max-concurrency", type=int, default=64, help="requests in flight; more are answered 429")
+    x.add_argument("--max-request-seconds", type=float, default=300.0, help="wall time per request")
+    x.set_defaults(run=proxy)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
     commands = p.add_subparsers(dest="command", required=True)
@@ -200,6 +282,7 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--vllm", help="the vllm executable, e.g. vllm-env/bin/vllm (default: the one on PATH)")
     v.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
     v.set_defaults(run=serve_aggregator)
+    _proxy_parser(commands)
     return p
 
 

@@ -128,7 +128,7 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     method = options.method or method_from_model
     if method is not None and method not in METHODS:
         raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
-    choices = _positive_int(kwargs.pop("n", None) or 1, "n")
+    choices = 1 if (n := kwargs.pop("n", None)) is None else _positive_int(n, "n")
     stream = bool(kwargs.pop("stream", False))
     stream_options = kwargs.pop("stream_options", None) or {}
     if stream and choices > 1:

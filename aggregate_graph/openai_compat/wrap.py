@@ -103,11 +103,13 @@ class Aggregating:
         if not options.enabled:
             return None, rest
         plan = plan_request(options, rest)
-        try:
-            check_n(plan.n or self.n, self.max_n)
-            check_n(plan.choices * (plan.n or self.n), self.max_n)
-        except (TypeError, ValueError) as exc:
-            raise RequestError(f"{exc} (n × candidates counts every sample drawn)", param="n") from None
+        n = plan.n or self.n
+        if plan.choices * n > self.max_n:
+            raise RequestError(
+                f"{plan.choices} answer(s) × {n} candidates = {plan.choices * n} samples, over the cap of "
+                f"{self.max_n} per request",
+                param="n",
+            )
         return plan, rest
 
     def graph(self, plan: Plan) -> CompiledStateGraph:

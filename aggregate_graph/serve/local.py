@@ -10,13 +10,10 @@ and `LocalChatModel` serialises it, so the event loop keeps answering while a re
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
-import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -30,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aggregate_graph.local import LocalChatModel
 from aggregate_graph.serve import DEFAULT_SERVED_NAME, resolve_model_dir
+from aggregate_graph.serve.http import OpenAIError, add_error_handlers, bearer_check, is_loopback, read_json, sse
 
 logger = logging.getLogger(__name__)
 
@@ -46,25 +44,6 @@ _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
     "user": HumanMessage,
     "assistant": AIMessage,
 }
-
-
-class OpenAIError(Exception):
-    """An error answered as OpenAI does: `{"error": {"message", "type", "param", "code"}}`."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.kind, self.param, self.code = status, message, kind, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
 class _TextPart(BaseModel):
@@ -149,10 +128,9 @@ def create_app(
         openapi_url=None,
         docs_url=None,
         redoc_url=None,
-        dependencies=[Depends(_bearer_check(api_key))] if api_key is not None else [],
+        dependencies=[Depends(bearer_check(api_key))] if api_key is not None else [],
     )
-    app.add_exception_handler(OpenAIError, _openai_error)
-    app.add_exception_handler(Exception, _server_error)
+    add_error_handlers(app)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -167,7 +145,7 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        body = await _read_json(request)
+        body = await read_json(request)
         for key in _UNSUPPORTED:
             if body.get(key) not in (None, False, [], {"type": "text"}):
                 raise OpenAIError(400, f"{key!r} is not supported by this server", param=key)
@@ -226,15 +204,6 @@ def serve_local(
     uvicorn.run(app, host=host, port=port)
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name, which may resolve to any interface
-        return False
-
-
 async def _stream_events(
     model: LocalChatModel,
     gate: asyncio.Lock,
@@ -250,7 +219,7 @@ async def _stream_events(
 
     def chunk(delta: dict[str, str], finish_reason: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return _sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
+        return sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
     finish_reason, usage = "stop", None
@@ -266,50 +235,12 @@ async def _stream_events(
                 usage = piece.usage_metadata or usage
     except Exception as error:  # the 200 status is already sent: report it in-stream, as OpenAI does
         logger.exception("streamed generation failed")
-        yield _sse(OpenAIError(500, str(error), kind="server_error").body())
+        yield sse(OpenAIError(500, str(error), kind="server_error").body())
         yield "data: [DONE]\n\n"
         return
     yield chunk({}, finish_reason)
     if include_usage:
         prompt, completion = (usage or {}).get("input_tokens", 0), (usage or {}).get("output_tokens", 0)
         totals = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        yield _sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": totals})
+        yield sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": totals})
     yield "data: [DONE]\n\n"
-
-
-def _sse(payload: dict[str, Any]) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-
-async def _read_json(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError:  # json.JSONDecodeError and UnicodeDecodeError alike
-        raise OpenAIError(400, "the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise OpenAIError(400, "the request body must be a JSON object")
-    return body
-
-
-def _bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
-    expected = f"Bearer {api_key}".encode()
-
-    async def check(request: Request) -> None:
-        given = request.headers.get("authorization", "").encode()
-        # Constant-time comparison, so response timing does not reveal how much of a guess was right.
-        if not hmac.compare_digest(given, expected):
-            raise OpenAIError(
-                401, "invalid or missing API key (send 'Authorization: Bearer KEY')", code="invalid_api_key"
-            )
-
-    return check
-
-
-async def _openai_error(_: Request, error: Exception) -> Response:
-    assert isinstance(error, OpenAIError)  # registered for OpenAIError only
-    return JSONResponse(error.body(), error.status)
-
-
-async def _server_error(_: Request, error: Exception) -> Response:
-    # Starlette still logs the traceback; the client gets the error in OpenAI's shape.
-    return JSONResponse(OpenAIError(500, str(error) or type(error).__name__, kind="server_error").body(), 500)

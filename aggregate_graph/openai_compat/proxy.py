@@ -1,0 +1,303 @@
+"""`aggregate-graph proxy`: an OpenAI-compatible server whose chat completions are aggregations of candidates
+drawn from an upstream OpenAI-compatible API. Any OpenAI client uses it by changing `base_url`.
+
+It is `wrap_openai` over an `AsyncOpenAI` client of the upstream, behind the limits a shared server needs:
+a bearer key (required off loopback), caps on body size, prompt length, samples per request, requests in
+flight and wall time — each answered as OpenAI answers errors. The upstream key is sent to the upstream and
+nowhere else: it is scrubbed from every error and sample set this server returns or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import openai
+import uvicorn
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from openai.resources.chat.completions import AsyncCompletions
+from pydantic import BaseModel, Field, SecretStr
+from starlette.background import BackgroundTask
+
+from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.graph import QuorumError
+from aggregate_graph.openai_compat.request import METHODS, RequestError
+from aggregate_graph.openai_compat.wrap import wrap_openai
+from aggregate_graph.sampling import CandidatePolicy
+from aggregate_graph.serve.http import OpenAIError, bearer_check, is_loopback, openai_error
+
+logger = logging.getLogger(__name__)
+
+# Body fields the openai client takes as keyword arguments; any other field (ours, or a server's own such as
+# vLLM's `top_k`) travels in `extra_body`, as the client would have sent it.
+_CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {
+    "self",
+    "extra_headers",
+    "extra_query",
+    "extra_body",
+    "timeout",
+}
+_KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
+
+
+class ProxyConfig(BaseModel):
+    """Everything the proxy is started with; the CLI flags map onto these fields."""
+
+    upstream: str = Field(description="base URL of the upstream OpenAI-compatible API, e.g. https://api.openai.com/v1")
+    upstream_api_key: SecretStr = SecretStr("EMPTY")
+    aggregator: str = Field(default="majority", description=f"default method: {', '.join(METHODS)}")
+    aggregator_base_url: str | None = Field(default=None, description="a server of the aggregator model (vLLM)")
+    aggregator_api_key: SecretStr = SecretStr("EMPTY")
+    aggregator_model: str | None = None
+    n: int = Field(default=5, ge=1)
+    min_candidates: int = Field(default=1, ge=1)
+    api_key: SecretStr | None = Field(default=None, description="clients must send it as a bearer token")
+    upstream_timeout_s: float = Field(default=120.0, gt=0)
+    upstream_retries: int = Field(default=2, ge=0)
+    max_n: int = Field(default=64, ge=1, description="samples per request: n candidates × choices")
+    max_body_bytes: int = Field(default=1_000_000, ge=1)
+    max_prompt_chars: int = Field(default=200_000, ge=1)
+    max_concurrency: int = Field(default=64, ge=1, description="requests in flight; more are answered 429")
+    max_request_s: float = Field(default=300.0, gt=0, description="wall time per request, streams included")
+
+
+class Scrubber:
+    """Removes the upstream's and aggregator's keys (and anything shaped like a key) from text shown to
+    clients: upstream error messages may quote the key they were sent."""
+
+    def __init__(self, *secrets: SecretStr | None) -> None:
+        self.secrets = [s.get_secret_value() for s in secrets if s is not None and len(s.get_secret_value()) >= 4]
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return _KEY_LIKE.sub(lambda m: f"{m.group(1)}***", text)
+
+    def payload(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """A response body, key-free: every candidate error is scrubbed, then the whole text."""
+        for sample_set in payload.get("sample_sets") or []:
+            for candidate in sample_set.get("candidates", []):
+                if candidate.get("error"):
+                    candidate["error"] = self(candidate["error"])
+        text = json.dumps(payload, ensure_ascii=False)
+        clean = text
+        for secret in self.secrets:
+            clean = clean.replace(secret, "***")
+        return payload if clean == text else json.loads(clean)
+
+
+def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
+    """(status, type, code) of the error answered for an upstream failure. The client's own mistakes
+    (a bad parameter, an unknown model) keep their status; the proxy's credentials being refused, or the
+    upstream failing, is the gateway's problem (502), and a slow upstream is 504."""
+    if isinstance(exc, QuorumError) and exc.sample_set is not None:
+        statuses = {c.error_status for c in exc.sample_set.failed}
+        status = statuses.pop() if len(statuses) == 1 else None
+    else:
+        status = getattr(exc, "status_code", None)
+    if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
+        return 504, "timeout", "upstream_timeout"
+    if status == 429:
+        return 429, "requests", "rate_limit_exceeded"
+    if status in (400, 404, 413, 422):
+        return status, "invalid_request_error", "upstream_rejected_request"
+    return 502, "upstream_error", "upstream_error"
+
+
+async def _read_body(request: Request, limit: int) -> dict[str, Any]:
+    """The JSON body, refused (413) past `limit` bytes. An oversized body is still read to its end, without
+    keeping it, so the client — which sends the whole body before it reads — gets the 413 rather than a reset."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= limit:
+            chunks.append(chunk)
+    if size > limit:
+        raise OpenAIError(413, f"the request body is {size} bytes; this server takes at most {limit}", code="too_large")
+    try:
+        body = json.loads(b"".join(chunks))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        raise OpenAIError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise OpenAIError(400, "the request body must be a JSON object")
+    return body
+
+
+class _Slots:
+    """Requests in flight, at most `limit`: one more is answered 429 at once (OpenAI clients retry 429 after
+    a pause) rather than queued behind work that may take minutes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def take(self) -> Callable[[], None]:
+        if self.used >= self.limit:
+            raise OpenAIError(
+                429,
+                f"{self.used} requests are in flight, the most this server takes; retry shortly",
+                kind="requests",
+                code="rate_limit_exceeded",
+            )
+        self.used += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.used -= 1
+
+        return release
+
+
+def _prompt_chars(messages: Any) -> int:
+    if not isinstance(messages, list):
+        return 0
+    return sum(len(json.dumps(m.get("content"), ensure_ascii=False)) for m in messages if isinstance(m, dict))
+
+
+def create_proxy_app(config: ProxyConfig) -> FastAPI:
+    """The proxy as an ASGI app (serve it with uvicorn, or `serve_proxy`)."""
+    scrub = Scrubber(config.upstream_api_key, config.aggregator_api_key)
+    clients: dict[str, Any] = {}
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # The upstream client retries and times out each request itself; the graph adds nothing on top.
+        upstream = openai.AsyncOpenAI(
+            base_url=config.upstream,
+            api_key=config.upstream_api_key.get_secret_value(),
+            max_retries=config.upstream_retries,
+            timeout=config.upstream_timeout_s,
+        )
+        aggregator_client = None
+        if config.aggregator_base_url is not None:
+            aggregator_client = openai.AsyncOpenAI(
+                base_url=config.aggregator_base_url,
+                api_key=config.aggregator_api_key.get_secret_value(),
+                max_retries=config.upstream_retries,
+                timeout=config.upstream_timeout_s,
+            )
+        clients["raw"] = openai.AsyncOpenAI(
+            base_url=config.upstream, api_key=config.upstream_api_key.get_secret_value(), max_retries=0
+        )
+        clients["wrapped"] = wrap_openai(
+            upstream,
+            n=config.n,
+            aggregator=config.aggregator,
+            aggregator_client=aggregator_client,
+            aggregator_model=config.aggregator_model,
+            policy=CandidatePolicy(max_attempts=1, timeout_s=config.upstream_timeout_s * (config.upstream_retries + 1)),
+            min_candidates=config.min_candidates,
+            max_n=config.max_n,
+        )
+        yield
+        for client in (upstream, aggregator_client, clients["raw"]):
+            if client is not None:
+                await client.close()
+
+    app = FastAPI(
+        title="aggregate-graph proxy",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [],
+    )
+    app.add_exception_handler(OpenAIError, openai_error)
+
+    async def unexpected(_: Request, error: Exception) -> Response:
+        logger.error("proxy request failed: %s", scrub(f"{type(error).__name__}: {error}"))
+        body = OpenAIError(500, scrub(str(error) or type(error).__name__), kind="server_error").body()
+        return JSONResponse(body, 500)
+
+    app.add_exception_handler(Exception, unexpected)
+    slots = _Slots(config.max_concurrency)
+
+    def failure(exc: BaseException) -> OpenAIError:
+        if isinstance(exc, RequestError):
+            return OpenAIError(400, str(exc), param=exc.param, code=exc.code)
+        if isinstance(exc, AggregationError | openai.APIError | TimeoutError):
+            status, kind, code = _status_of_failure(exc)
+            message = str(exc) or f"the request took longer than {config.max_request_s:g}s"
+            error = OpenAIError(status, scrub(message), kind=kind, code=code)
+            if isinstance(exc, AggregationError) and exc.sample_set is not None:
+                # what was drawn before the failure is the client's: it comes back with the error
+                drawn = scrub.payload({"sample_sets": [exc.sample_set.model_dump(mode="json")]})
+                error.extra = {"sample_set": drawn["sample_sets"][0]}
+            return error
+        raise exc
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        try:
+            upstream_models = [m async for m in clients["raw"].models.list()]
+        except openai.APIError as exc:
+            raise failure(exc) from None
+        data = [m.model_dump() for m in upstream_models]
+        data += [{**m, "id": f"{method}/{m['id']}"} for method in METHODS for m in list(data)]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        release = slots.take()
+        try:
+            body = await _read_body(request, config.max_body_bytes)
+            if (chars := _prompt_chars(body.get("messages"))) > config.max_prompt_chars:
+                raise OpenAIError(
+                    400,
+                    f"the messages hold {chars} characters; this server takes at most {config.max_prompt_chars}",
+                    param="messages",
+                    code="context_length_exceeded",
+                )
+            kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
+            if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
+                kwargs["extra_body"] = extra
+            async with asyncio.timeout(config.max_request_s):
+                try:
+                    result = await clients["wrapped"].chat.completions.create(**kwargs)
+                except (RequestError, AggregationError, openai.APIError, TimeoutError) as exc:
+                    raise failure(exc) from None
+        except TimeoutError:
+            release()
+            raise failure(TimeoutError()) from None
+        except BaseException:
+            release()
+            raise
+        if not kwargs.get("stream"):
+            release()
+            return JSONResponse(scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
+        # The stream keeps its slot until it ends; the background task frees it if the stream never starts.
+        return StreamingResponse(
+            _events(result, release), media_type="text/event-stream", background=BackgroundTask(release)
+        )
+
+    async def _events(stream: Any, release: Callable[[], None]) -> AsyncIterator[str]:
+        """The chunks as server-sent events; an error after the 200 is sent in-stream, as OpenAI does."""
+        try:
+            async with asyncio.timeout(config.max_request_s):
+                async for chunk in stream:
+                    payload = scrub.payload(chunk.model_dump(mode="json", exclude_unset=True))
+                    yield f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+        except (RequestError, AggregationError, openai.APIError, TimeoutError) as exc:
+            yield f"data: {json.dumps(failure(exc).body(), ensure_ascii=False)}\n\n"
+        finally:
+            release()
+            await stream.close()
+        yield "data: [DONE]\n\n"
+
+    return app
+
+
+def serve_proxy(config: ProxyConfig, *, host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve until interrupted. Off loopback a client key is required: the proxy spends the upstream key."""
+    if config.api_key is None and not is_loopback(host):
+        raise ValueError(f"refusing to serve on {host!r} without an API key: set one, or bind 127.0.0.1")
+    uvicorn.run(create_proxy_app(config), host=host, port=port)
