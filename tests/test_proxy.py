@@ -1,0 +1,263 @@
+"""The proxy: the real openai client (sync, async, streaming) → the real proxy → a real upstream, all on
+127.0.0.1; and the abuse cases a shared server must answer in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from openai import AsyncOpenAI, OpenAI
+
+from aggregate_graph import sample_sets_from
+from aggregate_graph.openai_compat.proxy import ProxyConfig, create_proxy_app, serve_proxy
+from aggregate_graph.testing import OpenAITestServer
+from aggregate_graph.testing.threaded import running
+from tests.test_wrap_openai import QUESTION, SSA_OUTPUT, math_replies
+
+UPSTREAM_KEY = "sk-proj-UPSTREAMsecret0123456789"
+CLIENT_KEY = "client-key-1"
+
+
+@contextmanager
+def proxy_for(upstream: OpenAITestServer, **settings: Any) -> Iterator[str]:
+    settings.setdefault("api_key", CLIENT_KEY)
+    config = ProxyConfig(upstream=upstream.base_url, upstream_api_key=UPSTREAM_KEY, **settings)
+    with running(create_proxy_app(config)) as base_url:
+        yield base_url
+
+
+def test_sync_client_gets_an_aggregation_and_the_upstream_gets_only_the_proxys_key(serve) -> None:
+    upstream = serve(math_replies)
+    with proxy_for(upstream, n=5) as url:
+        response = OpenAI(base_url=url, api_key=CLIENT_KEY).chat.completions.create(
+            model="gpt-test", messages=QUESTION, temperature=0.5
+        )
+    assert response.choices[0].message.content == "Six sevens: 42. The answer is 42."
+    [sample_set] = sample_sets_from(response)
+    assert sample_set.aggregation.votes == {"42": 4.0, "41": 1.0}
+    assert response.usage.total_tokens == sample_set.usage.total_tokens
+    assert upstream.requests[0]["n"] == 5 and upstream.requests[0]["temperature"] == 0.5
+    assert upstream.authorizations == [f"Bearer {UPSTREAM_KEY}"]  # never the client's key
+
+
+async def test_async_streaming_through_the_proxy_is_live(serve) -> None:
+    upstream = serve(math_replies, token_latency_s=0.05)
+    with proxy_for(upstream, n=3) as url:
+        client = AsyncOpenAI(base_url=url, api_key=CLIENT_KEY)
+        stream = await client.chat.completions.create(
+            model="ssa/m", messages=QUESTION, stream=True, stream_options={"include_usage": True}
+        )
+        started, seen = time.perf_counter(), []
+        async for chunk in stream:
+            seen.append((time.perf_counter() - started, chunk))
+    candidates = [c for _, c in seen if getattr(c, "candidate", None) is not None]
+    reasoning = [(t, c) for t, c in seen if c.choices and c.choices[0].delta.model_extra.get("reasoning_content")]
+    assert len(candidates) == 3
+    assert "".join(c.choices[0].delta.model_extra["reasoning_content"] for _, c in reasoning) == SSA_OUTPUT
+    assert reasoning[-1][0] - reasoning[0][0] >= 0.7 * 0.05 * (len(SSA_OUTPUT.split()) - 1)
+    finish = next(c for _, c in seen if c.choices and c.choices[0].finish_reason == "stop")
+    assert sample_sets_from(finish)[0].aggregation.answer == "42"
+    assert seen[-1][1].usage.total_tokens == sample_sets_from(finish)[0].usage.total_tokens
+
+
+def test_langchain_chat_openai_works_by_changing_base_url(serve) -> None:
+    upstream = serve(math_replies)
+    with proxy_for(upstream) as url:
+        model = ChatOpenAI(base_url=url, api_key=CLIENT_KEY, model="m", max_retries=0)
+        answer = model.invoke([HumanMessage("What is 6 times 7?")])
+        streamed = "".join(chunk.text for chunk in model.stream([HumanMessage("What is 6 times 7?")]))
+    assert answer.content == "Six sevens: 42. The answer is 42." and "42" in streamed
+
+
+def test_models_lists_the_upstreams_and_each_method_prefix(serve) -> None:
+    with proxy_for(serve()) as url:
+        ids = [m.id for m in OpenAI(base_url=url, api_key=CLIENT_KEY).models.list()]
+    assert ids == ["test-model", "majority/test-model", "ssa/test-model", "gsr/test-model", "usc/test-model"]
+
+
+def test_aggregation_off_passes_through_streams_included(serve) -> None:
+    upstream = serve(math_replies, token_latency_s=0.01)
+    with proxy_for(upstream) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY)
+        off = {"aggregation": {"enabled": False}}
+        response = client.chat.completions.create(model="m", messages=QUESTION, extra_body=off)
+        text = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(model="m", messages=QUESTION, stream=True, extra_body=off)
+            if c.choices
+        )
+    assert sample_sets_from(response) == [] and upstream.requests[0].get("n") is None
+    assert response.choices[0].message.content == "Six sevens: 42. The answer is 42."
+    assert text == "The answer is 42."
+
+
+def _error(call: Callable[[], Any]) -> openai.APIStatusError:
+    with pytest.raises(openai.APIStatusError) as caught:
+        call()
+    return caught.value
+
+
+def test_keys_are_required_and_checked(serve) -> None:
+    upstream = serve()
+    with proxy_for(upstream) as url:
+        for key in ("wrong-key", None):
+            client = OpenAI(base_url=url, api_key="unused", max_retries=0)
+            headers = {"Authorization": f"Bearer {key}"} if key else {"Authorization": ""}
+            error = _error(
+                lambda c=client, h=headers: c.chat.completions.create(model="m", messages=QUESTION, extra_headers=h)
+            )
+            assert error.status_code == 401 and error.body["code"] == "invalid_api_key"
+        assert httpx.get(f"{url}/models").status_code == 401
+    assert upstream.calls == 0
+    with pytest.raises(ValueError, match=r"refusing to serve on '0\.0\.0\.0' without an API key"):
+        serve_proxy(ProxyConfig(upstream=upstream.base_url), host="0.0.0.0", port=0)
+
+
+@pytest.mark.parametrize(
+    ("request_options", "status", "match"),
+    [
+        ({"n": 10**6}, 400, r"1000000 answer\(s\) × 5 candidates"),
+        ({"extra_body": {"aggregation": {"n": 100}}}, 400, "over the cap of 64"),
+        ({"extra_body": {"aggregation": {"method": "median"}}}, 400, "unknown aggregation method 'median'"),
+        ({"messages": [{"role": "user", "content": "x" * 300_000}]}, 400, "300002 characters"),
+        ({"messages": []}, 400, "messages must be a non-empty list"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages:"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "'tools' asks for tool calls"),
+    ],
+)
+def test_bad_requests_get_openai_errors(serve, request_options, status, match) -> None:
+    upstream = serve()
+    with proxy_for(upstream) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        request = {"model": "m", "messages": QUESTION, **request_options}
+        error = _error(lambda: client.chat.completions.create(**request))
+    assert error.status_code == status and upstream.calls == 0
+    assert error.body["type"] == "invalid_request_error"
+    assert re.search(match, error.body["message"])
+
+
+def test_a_100_mb_body_is_refused_with_413_and_malformed_json_with_400(serve) -> None:
+    with proxy_for(serve()) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        huge = [{"role": "user", "content": "x" * (100 * 1024 * 1024)}]
+        error = _error(lambda: client.chat.completions.create(model="m", messages=huge))
+        assert error.status_code == 413 and "at most 1000000" in error.body["message"]
+        auth = {"Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"}
+        for body in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+            response = httpx.post(f"{url}/chat/completions", content=body, headers=auth)
+            assert response.status_code == 400
+            assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_requests_over_the_concurrency_limit_get_429(serve) -> None:
+    upstream = serve(math_replies, latency_s=0.5)
+    with proxy_for(upstream, max_concurrency=1) as url:
+
+        async def both() -> list[Any]:
+            client = AsyncOpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+            calls = [client.chat.completions.create(model="m", messages=QUESTION) for _ in range(2)]
+            return await asyncio.gather(*calls, return_exceptions=True)
+
+        results = asyncio.run(both())
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1 and isinstance(errors[0], openai.RateLimitError)
+    assert errors[0].body["code"] == "rate_limit_exceeded"
+
+
+def test_a_request_over_the_wall_time_gets_504(serve) -> None:
+    upstream = serve(math_replies, latency_s=3)
+    with proxy_for(upstream, max_request_s=0.5) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        started = time.perf_counter()
+        error = _error(lambda: client.chat.completions.create(model="m", messages=QUESTION))
+    assert error.status_code == 504 and time.perf_counter() - started < 2.5
+
+
+def test_upstream_key_is_scrubbed_from_errors_sample_sets_and_logs(serve, caplog) -> None:
+    # An upstream that quotes the key it was sent, as OpenAI's own 401 message does.
+    upstream = serve(failure_rate=1.0, failure_status=401, failure_message=f"Incorrect API key: {UPSTREAM_KEY}")
+    caplog.set_level(logging.DEBUG)
+    with proxy_for(upstream, upstream_retries=0) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        error = _error(lambda: client.chat.completions.create(model="m", messages=QUESTION))
+        raw = httpx.post(
+            f"{url}/chat/completions",
+            json={"model": "m", "messages": QUESTION},
+            headers={"Authorization": f"Bearer {CLIENT_KEY}"},
+        ).text
+    assert error.status_code == 502  # the proxy's credentials were refused: not the client's fault
+    assert UPSTREAM_KEY not in raw and "UPSTREAMsecret" not in raw
+    assert UPSTREAM_KEY not in caplog.text
+    # what was drawn comes back with the error, scrubbed
+    candidates = error.body["sample_set"]["candidates"]
+    assert len(candidates) == 5 and all("Incorrect API key: ***" in c["error"] for c in candidates)
+
+
+def test_upstream_errors_map_to_openai_statuses(serve) -> None:
+    for upstream_status, expected in ((404, 404), (429, 429), (500, 502)):
+        upstream = serve(failure_rate=1.0, failure_status=upstream_status)
+        with proxy_for(upstream, upstream_retries=0) as url:
+            client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+            error = _error(lambda c=client: c.chat.completions.create(model="m", messages=QUESTION))
+        assert error.status_code == expected, upstream_status
+
+
+def test_partial_failure_answers_from_the_survivors(serve) -> None:
+    # Single requests (the upstream rejects n), a third of them failing, no retries: the survivors vote.
+    upstream = serve(math_replies, n_mode="reject", failure_rate=0.35, seed=7)
+    with proxy_for(upstream, n=6, upstream_retries=0) as url:
+        response = OpenAI(base_url=url, api_key=CLIENT_KEY).chat.completions.create(model="m", messages=QUESTION)
+    [sample_set] = sample_sets_from(response)
+    assert sample_set.failed and len(sample_set.succeeded) >= 2
+    assert {c.error_status for c in sample_set.failed} == {500}
+    assert sample_set.aggregation.answer in ("42", "41")
+
+
+def test_cli_proxy_serves_a_real_client(serve, tmp_path) -> None:
+    upstream = serve(math_replies)
+    env = {**os.environ, "OPENAI_API_KEY": UPSTREAM_KEY, "AGGREGATE_GRAPH_PROXY_KEY": CLIENT_KEY}
+    port = _free_port()
+    command = [sys.executable, "-m", "aggregate_graph.cli", "proxy", "--upstream", upstream.base_url]
+    process = subprocess.Popen([*command, "--port", str(port), "--n", "3"], env=env, stderr=subprocess.PIPE)
+    try:
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLIENT_KEY, max_retries=0)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = client.chat.completions.create(model="m", messages=QUESTION)
+                break
+            except openai.APIConnectionError:
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.2)
+        assert len(sample_sets_from(response)[0].candidates) == 3
+        assert upstream.authorizations[-1] == f"Bearer {UPSTREAM_KEY}"
+    finally:
+        process.terminate()
+        stderr = process.communicate(timeout=20)[1].decode()
+    assert UPSTREAM_KEY not in stderr and "client key required" in stderr
+
+    refused = subprocess.run(
+        [*command, "--host", "0.0.0.0"], env={**env, "AGGREGATE_GRAPH_PROXY_KEY": ""}, capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "without an API key" in refused.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
