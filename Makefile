@@ -25,3 +25,4 @@ test: install
 bench: install
 	$(BIN)/python benchmarks/fanout.py
 	$(BIN)/python benchmarks/aggregator.py
+	$(BIN)/python benchmarks/proxy_load.py
