@@ -101,6 +101,13 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and status in TRANSIENT_STATUS
 
 
+def may_be_about_n(exc: BaseException) -> bool:
+    """Whether a failed request with `n` > 1 is worth asking again one sample at a time: not when it was
+    transient (retried already) nor when the key, the permission or the model was refused — n single
+    requests would be refused n times."""
+    return not is_transient(exc) and getattr(exc, "status_code", None) not in (401, 403, 404)
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
@@ -243,7 +250,7 @@ def draw_candidates(
                     lambda: sampler.model.generate([messages], **_call_kwargs(sampler, k, config)), policy.timeout_s
                 )
     except Exception as exc:
-        if k > 1 and not is_transient(exc):  # e.g. the server rejects `n`: ask one sample at a time
+        if k > 1 and may_be_about_n(exc):  # e.g. the server rejects `n`: ask one sample at a time
             return _draw_singles_sync(draw, sampler, policy, config)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
     done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
@@ -275,7 +282,7 @@ async def adraw_candidates(
                 call: Awaitable[LLMResult] = sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
                 result = await asyncio.wait_for(call, policy.timeout_s)
     except Exception as exc:
-        if k > 1 and not is_transient(exc):
+        if k > 1 and may_be_about_n(exc):
             return await _draw_singles_async(draw, sampler, policy, config)
         if isinstance(exc, asyncio.TimeoutError | TimeoutError) and not str(exc):
             exc = TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout")

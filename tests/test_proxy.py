@@ -27,7 +27,7 @@ from aggregate_graph.testing import OpenAITestServer
 from aggregate_graph.testing.threaded import running
 from tests.test_wrap_openai import QUESTION, SSA_OUTPUT, math_replies
 
-UPSTREAM_KEY = "sk-proj-UPSTREAMsecret0123456789"
+UPSTREAM_KEY = "UPSTREAMsecret0123456789"  # not shaped like an OpenAI key: only the exact match can scrub it
 CLIENT_KEY = "client-key-1"
 
 
@@ -56,7 +56,7 @@ def test_sync_client_gets_an_aggregation_and_the_upstream_gets_only_the_proxys_k
 async def test_async_streaming_through_the_proxy_is_live(serve) -> None:
     upstream = serve(math_replies, token_latency_s=0.05)
     with proxy_for(upstream, n=3) as url:
-        client = AsyncOpenAI(base_url=url, api_key=CLIENT_KEY)
+        client = AsyncOpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
         stream = await client.chat.completions.create(
             model="ssa/m", messages=QUESTION, stream=True, stream_options={"include_usage": True}
         )
@@ -69,8 +69,10 @@ async def test_async_streaming_through_the_proxy_is_live(serve) -> None:
     assert "".join(c.choices[0].delta.model_extra["reasoning_content"] for _, c in reasoning) == SSA_OUTPUT
     assert reasoning[-1][0] - reasoning[0][0] >= 0.7 * 0.05 * (len(SSA_OUTPUT.split()) - 1)
     finish = next(c for _, c in seen if c.choices and c.choices[0].finish_reason == "stop")
-    assert sample_sets_from(finish)[0].aggregation.answer == "42"
-    assert seen[-1][1].usage.total_tokens == sample_sets_from(finish)[0].usage.total_tokens
+    aggregation = sample_sets_from(finish)[0].aggregation
+    assert aggregation.answer == "42" and aggregation.details["parse_status"] == "parsed"
+    # usage: the upstream's own count of prompt tokens billed (3 candidates in one request, then the aggregator)
+    assert seen[-1][1].usage.prompt_tokens == upstream.prompt_tokens_billed and upstream.calls == 2
 
 
 def test_langchain_chat_openai_works_by_changing_base_url(serve) -> None:
@@ -104,6 +106,10 @@ def test_aggregation_off_passes_through_streams_included(serve) -> None:
     assert text == "The answer is 42."
 
 
+def _tool_call(arguments: str) -> dict[str, Any]:
+    return {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
 def _error(call: Callable[[], Any]) -> openai.APIStatusError:
     with pytest.raises(openai.APIStatusError) as caught:
         call()
@@ -132,9 +138,21 @@ def test_keys_are_required_and_checked(serve) -> None:
         ({"n": 10**6}, 400, r"1000000 answer\(s\) × 5 candidates"),
         ({"extra_body": {"aggregation": {"n": 100}}}, 400, "over the cap of 64"),
         ({"extra_body": {"aggregation": {"method": "median"}}}, 400, "unknown aggregation method 'median'"),
-        ({"messages": [{"role": "user", "content": "x" * 300_000}]}, 400, "300002 characters"),
+        ({"messages": [{"role": "user", "content": "x" * 300_000}]}, 400, "300033 characters"),
+        (  # the limit counts the whole message, not only its content
+            {"messages": [*QUESTION, {"role": "assistant", "tool_calls": [_tool_call("y" * 300_000)]}, *QUESTION]},
+            400,
+            "this server takes at most 200000",
+        ),
+        ({"n": 100, "extra_body": {"aggregation": {"enabled": False}}}, 400, "n=100 is over the cap of 64"),
+        ({"stream": "false"}, 400, "stream must be a boolean"),
         ({"messages": []}, 400, "messages must be a non-empty list"),
-        ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, "messages:"),
+        ({"messages": [{"content": "hi"}]}, 400, "each message must be an object with a 'role'"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            400,
+            "no text",
+        ),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "'tools' asks for tool calls"),
     ],
 )
@@ -156,6 +174,9 @@ def test_a_100_mb_body_is_refused_with_413_and_malformed_json_with_400(serve) ->
         error = _error(lambda: client.chat.completions.create(model="m", messages=huge))
         assert error.status_code == 413 and "at most 1000000" in error.body["message"]
         auth = {"Authorization": f"Bearer {CLIENT_KEY}", "Content-Type": "application/json"}
+        # the same without a Content-Length: a chunked upload is counted as it arrives
+        chunked = httpx.post(f"{url}/chat/completions", content=(b"x" * 65536 for _ in range(40)), headers=auth)
+        assert chunked.status_code == 413 and "2621440 bytes" in chunked.json()["error"]["message"]
         for body in (b"{not json", b"[1, 2]", b"\xff\xfe"):
             response = httpx.post(f"{url}/chat/completions", content=body, headers=auth)
             assert response.status_code == 400
@@ -177,13 +198,42 @@ def test_requests_over_the_concurrency_limit_get_429(serve) -> None:
     assert errors[0].body["code"] == "rate_limit_exceeded"
 
 
-def test_a_request_over_the_wall_time_gets_504(serve) -> None:
+def test_slots_are_freed_after_streams_errors_and_refusals(serve) -> None:
+    upstream = serve(math_replies)
+    with proxy_for(upstream, max_concurrency=1) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        for _ in range(2):
+            list(client.chat.completions.create(model="m", messages=QUESTION, stream=True))
+            with client.chat.completions.create(model="m", messages=QUESTION, stream=True) as stream:
+                next(iter(stream))  # the client hangs up after one chunk
+            _error(lambda: client.chat.completions.create(model="m", messages=QUESTION, tools=[_tool_call("{}")]))
+            _error(lambda: client.chat.completions.create(model="m", messages=QUESTION, n=10**6))
+        time.sleep(0.5)  # the abandoned stream's slot is freed when the server notices
+        response = client.chat.completions.create(model="m", messages=QUESTION)  # not 429: every slot came back
+    assert response.choices[0].message.content
+
+
+def test_a_stream_every_candidate_fails_is_answered_with_its_status_not_a_200(serve) -> None:
+    upstream = serve(failure_rate=1.0, failure_status=404, failure_message="The model 'nope' does not exist")
+    with proxy_for(upstream, upstream_retries=0) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        with pytest.raises(openai.NotFoundError, match="does not exist"):
+            client.chat.completions.create(model="nope", messages=QUESTION, stream=True)
+    assert upstream.calls == 1  # a refused model is not asked again one sample at a time
+
+
+def test_a_request_over_the_wall_time_or_a_slow_upstream_gets_504(serve) -> None:
     upstream = serve(math_replies, latency_s=3)
     with proxy_for(upstream, max_request_s=0.5) as url:
         client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
         started = time.perf_counter()
         error = _error(lambda: client.chat.completions.create(model="m", messages=QUESTION))
     assert error.status_code == 504 and time.perf_counter() - started < 2.5
+    with proxy_for(upstream, upstream_timeout_s=0.3, upstream_retries=0) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        error = _error(lambda: client.chat.completions.create(model="m", messages=QUESTION))
+    assert error.status_code == 504 and error.body["code"] == "upstream_timeout"
+    assert all(c["error"].startswith("APITimeoutError") for c in error.body["sample_set"]["candidates"])
 
 
 def test_upstream_key_is_scrubbed_from_errors_sample_sets_and_logs(serve, caplog) -> None:
@@ -199,7 +249,7 @@ def test_upstream_key_is_scrubbed_from_errors_sample_sets_and_logs(serve, caplog
             headers={"Authorization": f"Bearer {CLIENT_KEY}"},
         ).text
     assert error.status_code == 502  # the proxy's credentials were refused: not the client's fault
-    assert UPSTREAM_KEY not in raw and "UPSTREAMsecret" not in raw
+    assert UPSTREAM_KEY not in raw
     assert UPSTREAM_KEY not in caplog.text
     # what was drawn comes back with the error, scrubbed
     candidates = error.body["sample_set"]["candidates"]
@@ -207,12 +257,14 @@ def test_upstream_key_is_scrubbed_from_errors_sample_sets_and_logs(serve, caplog
 
 
 def test_upstream_errors_map_to_openai_statuses(serve) -> None:
-    for upstream_status, expected in ((404, 404), (429, 429), (500, 502)):
+    for upstream_status, expected, calls in ((404, 404, 1), (401, 502, 1), (429, 429, 1), (500, 502, 1), (400, 400, 6)):
         upstream = serve(failure_rate=1.0, failure_status=upstream_status)
         with proxy_for(upstream, upstream_retries=0) as url:
             client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
             error = _error(lambda c=client: c.chat.completions.create(model="m", messages=QUESTION))
         assert error.status_code == expected, upstream_status
+        # a 400 may be about `n`, so the five candidates are asked one at a time; a refused key or model is not
+        assert upstream.calls == calls, upstream_status
 
 
 def test_partial_failure_answers_from_the_survivors(serve) -> None:

@@ -160,6 +160,7 @@ def test_extra_body_turns_aggregation_off_or_changes_n_and_method(serve) -> None
     )
     [sample_set] = sample_sets_from(refined)
     assert len(sample_set.candidates) == 3 and sample_set.aggregation.method == "ssa"
+    assert sample_set.aggregation.details["parse_status"] == "parsed"  # the model's verdict, not a fallback
     candidate_call, aggregator_call = upstream.requests[-2:]
     assert candidate_call["n"] == 3 and candidate_call["top_k"] == 5
     assert "proposed answers" in aggregator_call["messages"][-1]["content"]
@@ -177,6 +178,8 @@ def test_extra_body_turns_aggregation_off_or_changes_n_and_method(serve) -> None
         ({"response_format": {"type": "json_object"}}, "'response_format' asks for structured output"),
         ({"logprobs": True}, "log-probabilities"),
         ({"stream": True, "n": 2}, "stream=True gives one aggregated answer"),
+        ({"stream": "false"}, "stream must be a boolean"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}]}, "no text"),
         ({"n": 0}, "n must be a positive integer"),
         ({"n": 200}, r"200 answer\(s\) × 5 candidates = 1000 samples, over the cap of 512"),
         ({"extra_body": {"aggregation": {"method": "median"}}}, "unknown aggregation method 'median'"),
@@ -188,7 +191,7 @@ def test_requests_that_cannot_be_aggregated_raise_a_clear_error(serve, options, 
     upstream = serve(math_replies)
     wrapped = wrap_openai(client(upstream), n=5)
     with pytest.raises(RequestError, match=match):
-        wrapped.chat.completions.create(model="m", messages=QUESTION, **options)
+        wrapped.chat.completions.create(**{"model": "m", "messages": QUESTION, **options})
     assert upstream.calls == 0  # refused before anything was paid for
 
 
@@ -250,3 +253,75 @@ def test_sample_sets_are_logged_to_the_store(serve, tmp_path) -> None:
     assert export_sample_sets(store, tmp_path / "log.jsonl") == 1
     [logged] = read_sample_sets(tmp_path / "log.jsonl")
     assert logged.question == "What is 6 times 7?" and len(logged.candidates) == 3
+
+
+def test_messages_reach_the_candidates_exactly_as_sent(serve) -> None:
+    upstream = serve(math_replies)
+    history = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Look up the price."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "not json"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "7 dollars"},
+        {"role": "user", "content": [{"type": "text", "text": "What is 6 times"}, {"type": "text", "text": " 7?"}]},
+    ]
+    response = wrap_openai(client(upstream), n=2).chat.completions.create(model="m", messages=history)
+    assert upstream.requests[0]["messages"] == history
+    assert sample_sets_from(response)[0].question == "What is 6 times 7?"
+
+
+def test_with_options_returns_a_wrapped_copy_and_raw_responses_are_refused(serve) -> None:
+    upstream = serve(math_replies)
+    wrapped = wrap_openai(client(upstream), n=3)
+    copy = wrapped.with_options(timeout=30)
+    assert copy is not wrapped
+    assert len(sample_sets_from(copy.chat.completions.create(model="m", messages=QUESTION))[0].candidates) == 3
+    with pytest.raises(RequestError, match="with_raw_response"):
+        wrapped.chat.completions.with_raw_response.create(model="m", messages=QUESTION)
+    raw = wrapped.chat.completions.with_raw_response.create(
+        model="m", messages=QUESTION, extra_body={"aggregation": {"enabled": False}}
+    )
+    assert raw.http_response.status_code == 200
+
+
+def test_sync_and_async_clients_cannot_be_mixed(serve) -> None:
+    upstream = serve()
+    with pytest.raises(ValueError, match="same kind of client"):
+        wrap_openai(client(upstream), aggregator="ssa", aggregator_client=client(upstream, AsyncOpenAI))
+
+
+def test_timeouts_are_the_clients_own(serve) -> None:
+    upstream = serve(math_replies, latency_s=1.0)
+    wrapped = wrap_openai(client(upstream, max_retries=0), n=2)  # openai's default timeout: 600 s
+    with pytest.raises(QuorumError) as caught:
+        wrapped.chat.completions.create(model="m", messages=QUESTION, timeout=0.3)  # the call's own
+    assert all(c.error.startswith("APITimeoutError") for c in caught.value.sample_set.candidates)
+    # and the graph never cuts a call short of the client's whole retry cycle (3 × 600 s here)
+    from aggregate_graph.openai_compat.request import plan_request, split_options
+    from aggregate_graph.openai_compat.wrap import Aggregating
+
+    engine = Aggregating(
+        (upstream, False),
+        n=2,
+        aggregator="majority",
+        aggregator_create=None,
+        aggregator_model=None,
+        policy=None,
+        client_timeout=600.0,
+        client_retries=2,
+        min_candidates=1,
+        max_n=8,
+        max_concurrency=4,
+        store=None,
+    )
+    plan = plan_request(*split_options({"model": "m", "messages": QUESTION}))
+    assert engine._policy(plan).timeout_s >= 1800
+
+
+def test_a_candidate_cut_off_by_the_token_limit_finishes_with_length(serve) -> None:
+    upstream = serve(["Working: 6 times 7 is 42. The answer is 42"], finish_reason="length")
+    response = wrap_openai(client(upstream), n=2).chat.completions.create(model="m", messages=QUESTION)
+    assert response.choices[0].finish_reason == "length"

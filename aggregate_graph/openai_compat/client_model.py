@@ -27,7 +27,10 @@ def _usage(usage: Any) -> UsageMetadata | None:
 
 class OpenAIClientChatModel(BaseChatModel):
     """Calls `create` (an unwrapped `client.chat.completions.create`, sync or async) with `model`, the
-    converted messages and `request` (any other chat-completions options)."""
+    converted messages and `request` (any other chat-completions options).
+
+    With `messages` set, those OpenAI-format messages are sent as they are instead of the converted input:
+    `wrap_openai` passes the caller's own (images, tool calls and all) to every candidate request."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -35,6 +38,7 @@ class OpenAIClientChatModel(BaseChatModel):
     is_async: bool = False
     model: str
     request: dict[str, Any] = Field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
     n: int = 1  # declares that this model takes `n`, so the graph asks for n candidates in one request
 
     @property
@@ -51,7 +55,8 @@ class OpenAIClientChatModel(BaseChatModel):
 
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
-        body = {**self.request, **kwargs, "model": self.model, "messages": convert_to_openai_messages(messages)}
+        sent = self.messages if self.messages is not None else convert_to_openai_messages(messages)
+        body = {**self.request, **kwargs, "model": self.model, "messages": sent}
         if stop is not None:
             body["stop"] = stop
         if body.get("n") == 1:

@@ -30,7 +30,7 @@ from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.graph import QuorumError
 from aggregate_graph.openai_compat.request import METHODS, RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
-from aggregate_graph.sampling import CandidatePolicy
+from aggregate_graph.sampling import describe
 from aggregate_graph.serve.http import OpenAIError, bearer_check, is_loopback, openai_error
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ _CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters
     "extra_body",
     "timeout",
 }
+_TIMEOUT_ERRORS = ("TimeoutError", "APITimeoutError")  # how `describe` starts a timed-out candidate's error
+_DRAIN_LIMIT = 256 * 1024 * 1024  # an oversized body is read (and dropped) up to this, then the connection closes
 _KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
 
 
@@ -97,12 +99,15 @@ def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
     """(status, type, code) of the error answered for an upstream failure. The client's own mistakes
     (a bad parameter, an unknown model) keep their status; the proxy's credentials being refused, or the
     upstream failing, is the gateway's problem (502), and a slow upstream is 504."""
+    timed_out = isinstance(exc, openai.APITimeoutError | TimeoutError)
     if isinstance(exc, QuorumError) and exc.sample_set is not None:
-        statuses = {c.error_status for c in exc.sample_set.failed}
+        failed = exc.sample_set.failed
+        statuses = {c.error_status for c in failed}
         status = statuses.pop() if len(statuses) == 1 else None
+        timed_out = bool(failed) and all((c.error or "").startswith(_TIMEOUT_ERRORS) for c in failed)
     else:
         status = getattr(exc, "status_code", None)
-    if isinstance(exc, openai.APITimeoutError | asyncio.TimeoutError | TimeoutError):
+    if timed_out:
         return 504, "timeout", "upstream_timeout"
     if status == 429:
         return 429, "requests", "rate_limit_exceeded"
@@ -112,13 +117,19 @@ def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
 
 
 async def _read_body(request: Request, limit: int) -> dict[str, Any]:
-    """The JSON body, refused (413) past `limit` bytes. An oversized body is still read to its end, without
-    keeping it, so the client — which sends the whole body before it reads — gets the 413 rather than a reset."""
+    """The JSON body, refused (413) past `limit` bytes, whether declared or chunked. An oversized body is read
+    on (and dropped) up to `_DRAIN_LIMIT`, so a client — which sends its whole body before reading — gets the
+    413 rather than a reset connection; past that, or when the declared length is, the connection is dropped."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > _DRAIN_LIMIT:
+        raise OpenAIError(413, f"the request body is {declared} bytes; this server takes at most {limit}")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size <= limit:
             chunks.append(chunk)
+        elif size > _DRAIN_LIMIT:
+            break
     if size > limit:
         raise OpenAIError(413, f"the request body is {size} bytes; this server takes at most {limit}", code="too_large")
     try:
@@ -158,9 +169,19 @@ class _Slots:
 
 
 def _prompt_chars(messages: Any) -> int:
-    if not isinstance(messages, list):
-        return 0
-    return sum(len(json.dumps(m.get("content"), ensure_ascii=False)) for m in messages if isinstance(m, dict))
+    """The prompt's size as sent: every field of every message (tool calls and content parts included)."""
+    return len(json.dumps(messages, ensure_ascii=False)) if messages is not None else 0
+
+
+def _has_started(chunk: Any) -> bool:
+    """Whether a chunk shows the answer under way: a candidate that succeeded, or any text."""
+    event = getattr(chunk, "candidate", None)
+    if event is not None:
+        return not event.get("error")
+    return any(
+        c.finish_reason or c.delta.content or (c.delta.model_extra or {}).get("reasoning_content")
+        for c in chunk.choices
+    )
 
 
 def create_proxy_app(config: ProxyConfig) -> FastAPI:
@@ -186,7 +207,10 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
                 timeout=config.upstream_timeout_s,
             )
         clients["raw"] = openai.AsyncOpenAI(
-            base_url=config.upstream, api_key=config.upstream_api_key.get_secret_value(), max_retries=0
+            base_url=config.upstream,
+            api_key=config.upstream_api_key.get_secret_value(),
+            max_retries=0,
+            timeout=config.upstream_timeout_s,
         )
         clients["wrapped"] = wrap_openai(
             upstream,
@@ -194,7 +218,6 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             aggregator=config.aggregator,
             aggregator_client=aggregator_client,
             aggregator_model=config.aggregator_model,
-            policy=CandidatePolicy(max_attempts=1, timeout_s=config.upstream_timeout_s * (config.upstream_retries + 1)),
             min_candidates=config.min_candidates,
             max_n=config.max_n,
         )
@@ -212,16 +235,12 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
         dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [],
     )
     app.add_exception_handler(OpenAIError, openai_error)
-
-    async def unexpected(_: Request, error: Exception) -> Response:
-        logger.error("proxy request failed: %s", scrub(f"{type(error).__name__}: {error}"))
-        body = OpenAIError(500, scrub(str(error) or type(error).__name__), kind="server_error").body()
-        return JSONResponse(body, 500)
-
-    app.add_exception_handler(Exception, unexpected)
     slots = _Slots(config.max_concurrency)
 
     def failure(exc: BaseException) -> OpenAIError:
+        """The OpenAI-style error for anything a request ends in; nothing unscrubbed reaches a log or a client."""
+        if isinstance(exc, OpenAIError):
+            return exc
         if isinstance(exc, RequestError):
             return OpenAIError(400, str(exc), param=exc.param, code=exc.code)
         if isinstance(exc, AggregationError | openai.APIError | TimeoutError):
@@ -233,13 +252,15 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
                 drawn = scrub.payload({"sample_sets": [exc.sample_set.model_dump(mode="json")]})
                 error.extra = {"sample_set": drawn["sample_sets"][0]}
             return error
-        raise exc
+        logger.error("proxy request failed: %s", scrub(describe(exc)))
+        return OpenAIError(500, scrub(str(exc) or type(exc).__name__), kind="server_error")
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         try:
-            upstream_models = [m async for m in clients["raw"].models.list()]
-        except openai.APIError as exc:
+            async with asyncio.timeout(config.upstream_timeout_s):
+                upstream_models = [m async for m in clients["raw"].models.list()]
+        except Exception as exc:
             raise failure(exc) from None
         data = [m.model_dump() for m in upstream_models]
         data += [{**m, "id": f"{method}/{m['id']}"} for method in METHODS for m in list(data)]
@@ -247,46 +268,60 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
-        release = slots.take()
+        deadline = asyncio.get_running_loop().time() + config.max_request_s
         try:
-            body = await _read_body(request, config.max_body_bytes)
-            if (chars := _prompt_chars(body.get("messages"))) > config.max_prompt_chars:
-                raise OpenAIError(
-                    400,
-                    f"the messages hold {chars} characters; this server takes at most {config.max_prompt_chars}",
-                    param="messages",
-                    code="context_length_exceeded",
-                )
-            kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
-            if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
-                kwargs["extra_body"] = extra
-            async with asyncio.timeout(config.max_request_s):
-                try:
-                    result = await clients["wrapped"].chat.completions.create(**kwargs)
-                except (RequestError, AggregationError, openai.APIError, TimeoutError) as exc:
-                    raise failure(exc) from None
+            async with asyncio.timeout_at(deadline):
+                body = await _read_body(request, config.max_body_bytes)
         except TimeoutError:
+            raise OpenAIError(408, "the request body did not arrive in time", code="timeout") from None
+        if (chars := _prompt_chars(body.get("messages"))) > config.max_prompt_chars:
+            raise OpenAIError(
+                400,
+                f"the messages hold {chars} characters; this server takes at most {config.max_prompt_chars}",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
+        if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
+            kwargs["extra_body"] = extra
+        # The slot is taken once the body is in: a slow upload holds a connection, not a slot for real work.
+        release = slots.take()
+        head: list[Any] = []
+        try:
+            async with asyncio.timeout_at(deadline):
+                result = await clients["wrapped"].chat.completions.create(**kwargs)
+                if kwargs.get("stream") is True:
+                    # Hold the response until the answer is under way, so that a request every candidate
+                    # fails (an unknown model, a refused key) is answered with its status, not a 200 stream.
+                    async for chunk in result:
+                        head.append(chunk)
+                        if _has_started(chunk):
+                            break
+        except Exception as exc:
             release()
-            raise failure(TimeoutError()) from None
-        except BaseException:
-            release()
-            raise
-        if not kwargs.get("stream"):
+            raise failure(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
+        if kwargs.get("stream") is not True:
             release()
             return JSONResponse(scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
         # The stream keeps its slot until it ends; the background task frees it if the stream never starts.
         return StreamingResponse(
-            _events(result, release), media_type="text/event-stream", background=BackgroundTask(release)
+            _events(head, result, release, deadline), media_type="text/event-stream", background=BackgroundTask(release)
         )
 
-    async def _events(stream: Any, release: Callable[[], None]) -> AsyncIterator[str]:
+    async def _events(head: list[Any], stream: Any, release: Callable[[], None], deadline: float) -> AsyncIterator[str]:
         """The chunks as server-sent events; an error after the 200 is sent in-stream, as OpenAI does."""
+
+        def event(chunk: Any) -> str:
+            payload = scrub.payload(chunk.model_dump(mode="json", exclude_unset=True))
+            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
         try:
-            async with asyncio.timeout(config.max_request_s):
+            for chunk in head:
+                yield event(chunk)
+            async with asyncio.timeout_at(deadline):
                 async for chunk in stream:
-                    payload = scrub.payload(chunk.model_dump(mode="json", exclude_unset=True))
-                    yield f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-        except (RequestError, AggregationError, openai.APIError, TimeoutError) as exc:
+                    yield event(chunk)
+        except Exception as exc:
             yield f"data: {json.dumps(failure(exc).body(), ensure_ascii=False)}\n\n"
         finally:
             release()
@@ -300,4 +335,5 @@ def serve_proxy(config: ProxyConfig, *, host: str = "127.0.0.1", port: int = 808
     """Serve until interrupted. Off loopback a client key is required: the proxy spends the upstream key."""
     if config.api_key is None and not is_loopback(host):
         raise ValueError(f"refusing to serve on {host!r} without an API key: set one, or bind 127.0.0.1")
-    uvicorn.run(create_proxy_app(config), host=host, port=port)
+    # uvicorn answers 503 past this many connections: slow uploads cannot pile up without bound
+    uvicorn.run(create_proxy_app(config), host=host, port=port, limit_concurrency=2 * config.max_concurrency + 16)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from langchain_core.messages import BaseMessage, convert_to_messages
 from openai import NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -48,10 +47,13 @@ class AggregationOptions(BaseModel):
 
 @dataclass
 class Plan:
-    """An aggregated request: `choices` independent aggregations of `n` candidates each."""
+    """An aggregated request: `choices` independent aggregations of `n` candidates each. The caller's
+    `messages` go to every candidate request unchanged; `question` (the last user turn's text) is what the
+    sample set and the aggregator see."""
 
     model: str
-    messages: list[BaseMessage]
+    messages: list[dict[str, Any]]
+    question: str
     method: str | None
     n: int | None
     min_candidates: int | None
@@ -93,6 +95,24 @@ def _method_prefix(model: str) -> tuple[str | None, str]:
     return (head, rest) if sep and head in METHODS and rest else (None, model)
 
 
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the last user message: the question the candidates answer."""
+    for message in reversed(messages):
+        if message["role"] != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if isinstance(content, str) and content.strip():
+            return content.strip()
+        break
+    raise RequestError(
+        "messages: the last user message has no text; aggregation compares answers to a text question "
+        f'(send it with extra_body={{"{OPTIONS_KEY}": {{"enabled": false}}}} to call the model directly)',
+        param="messages",
+    )
+
+
 def _positive_int(value: Any, param: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RequestError(f"{param} must be a positive integer, got {value!r}", param=param)
@@ -106,13 +126,12 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     model = kwargs.pop("model", None)
     if not isinstance(model, str) or not model:
         raise RequestError("model is required", param="model")
-    raw_messages = kwargs.pop("messages", None)
-    if not isinstance(raw_messages, list | tuple) or not raw_messages:
+    messages = kwargs.pop("messages", None)
+    if not isinstance(messages, list | tuple) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
-    try:
-        messages = convert_to_messages(list(raw_messages))
-    except (ValueError, TypeError, KeyError, NotImplementedError) as exc:
-        raise RequestError(f"messages: {exc}", param="messages") from None
+    if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+        raise RequestError("messages: each message must be an object with a 'role'", param="messages")
+    question = last_user_text(messages)
     for key, what in _REFUSED.items():
         value = kwargs.get(key)
         if value in (None, False, [], {}) or (key == "response_format" and value == {"type": "text"}):
@@ -129,13 +148,18 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     if method is not None and method not in METHODS:
         raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
     choices = 1 if (n := kwargs.pop("n", None)) is None else _positive_int(n, "n")
-    stream = bool(kwargs.pop("stream", False))
+    stream = kwargs.pop("stream", None) or False
+    if not isinstance(stream, bool):
+        raise RequestError(f"stream must be a boolean, got {stream!r}", param="stream")
     stream_options = kwargs.pop("stream_options", None) or {}
+    if not isinstance(stream_options, dict):
+        raise RequestError("stream_options must be an object", param="stream_options")
     if stream and choices > 1:
         raise RequestError("stream=True gives one aggregated answer; use n=1, or stream=False for n answers", "n")
     return Plan(
         model=model,
-        messages=messages,
+        messages=list(messages),
+        question=question,
         method=method,
         n=options.n,
         min_candidates=options.min_candidates,

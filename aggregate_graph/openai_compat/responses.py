@@ -31,6 +31,12 @@ def _reasoning(sample_set: SampleSet) -> str | None:
     return raw or None
 
 
+def finish_reason(sample_set: SampleSet) -> str:
+    """ "length" when the answer given is a candidate's text that the token limit cut off, else "stop"."""
+    chosen = (c for c in sample_set.succeeded if c.text == sample_set.aggregation.text)
+    return next((c.finish_reason for c in chosen if c.finish_reason), None) or "stop"
+
+
 def completion(plan: Plan, sample_sets: list[SampleSet]) -> ChatCompletion:
     """One choice per sample set: the aggregated text; `usage` is every candidate's and aggregator's."""
     choices = []
@@ -38,7 +44,7 @@ def completion(plan: Plan, sample_sets: list[SampleSet]) -> ChatCompletion:
         message: dict[str, Any] = {"role": "assistant", "content": sample_set.aggregation.text}
         if (reasoning := _reasoning(sample_set)) is not None:
             message["reasoning_content"] = reasoning
-        choices.append({"index": i, "message": message, "finish_reason": "stop", "logprobs": None})
+        choices.append({"index": i, "message": message, "finish_reason": finish_reason(sample_set), "logprobs": None})
     return ChatCompletion.model_validate(
         {
             "id": f"chatcmpl-agg-{uuid.uuid4().hex}",
@@ -99,7 +105,7 @@ class ChunkWriter:
         """The answer, the finish (with the sample set) and, when asked for, the usage chunk."""
         chunks = [
             self.chunk({"content": sample_set.aggregation.text}),
-            self.chunk({}, "stop", **{SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]}),
+            self.chunk({}, finish_reason(sample_set), **{SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]}),
         ]
         if self.plan.include_usage:
             usage = _usage([sample_set])

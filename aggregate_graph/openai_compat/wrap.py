@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import httpx
+from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
@@ -30,6 +32,14 @@ from aggregate_graph.sampling import CandidatePolicy
 
 _MODEL_AGGREGATORS = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
 _WRAPPED = "_aggregate_graph_unwrapped_create"
+_PER_CALL = ("extra_headers", "extra_query", "timeout", "user")
+_RAW_RESPONSE_HEADER = "x-stainless-raw-response"  # what the SDK's with_raw_response sends
+_NO_TIMEOUT_S = 7 * 24 * 3600.0  # a client without a timeout: the graph does not add one
+
+
+def _graph_input(plan: Plan) -> dict[str, Any]:
+    # The graph's conversation is the question alone: the candidate model sends the caller's own messages.
+    return {"messages": [HumanMessage(plan.question)]}
 
 
 def _unwrapped_create(client: Any) -> tuple[Callable[..., Any], bool]:
@@ -70,7 +80,9 @@ class Aggregating:
         aggregator: str | Runnable[SampleSet, Aggregation],
         aggregator_create: tuple[Callable[..., Any], bool] | None,
         aggregator_model: str | None,
-        policy: CandidatePolicy,
+        policy: CandidatePolicy | None,
+        client_timeout: Any,
+        client_retries: int,
         min_candidates: int,
         max_n: int,
         max_concurrency: int,
@@ -79,28 +91,58 @@ class Aggregating:
         self.create, self.is_async = create
         self.aggregator_create, self.aggregator_is_async = aggregator_create or create
         self.n, self.aggregator, self.policy = check_n(n, max_n), aggregator, policy
+        self.client_timeout, self.client_retries = client_timeout, client_retries
         self.aggregator_model = aggregator_model
         self.min_candidates, self.max_n = min_candidates, max_n
         self.max_concurrency, self.store = max_concurrency, store
         if isinstance(aggregator, str) and aggregator not in ("majority", *_MODEL_AGGREGATORS):
             raise ValueError(f"unknown aggregator {aggregator!r}; use majority, ssa, gsr, usc or an Aggregator")
 
-    def _aggregator_for(self, method: str, model: str) -> Runnable[SampleSet, Aggregation]:
+    def _aggregator_for(self, method: str, plan: Plan) -> Runnable[SampleSet, Aggregation]:
         if method == "majority":
             return MajorityVote()
-        if method not in _MODEL_AGGREGATORS:
-            raise ValueError(f"unknown aggregator {method!r}; use majority, ssa, gsr, usc or an Aggregator")
+        # Through the same client, the call's own transport options (a gateway's headers, its timeout) apply
+        # to the aggregator's request too; another client's server gets none of them.
+        same_client = self.aggregator_create is self.create
+        request = {k: plan.params[k] for k in _PER_CALL if k in plan.params} if same_client else {}
         chat_model = OpenAIClientChatModel(
             create=self.aggregator_create,
             is_async=self.aggregator_is_async,
-            model=self.aggregator_model or model,
+            model=self.aggregator_model or plan.model,
+            request=request,
         )
         return _MODEL_AGGREGATORS[method](chat_model)
+
+    def _policy(self, plan: Plan) -> CandidatePolicy:
+        """The graph's bound on each candidate: never shorter than the client's own timeout and retries,
+        which do the waiting and retrying (a per-call `timeout` counts)."""
+        if self.policy is not None:
+            return self.policy
+        timeout = plan.params.get("timeout", self.client_timeout)
+        if isinstance(timeout, httpx.Timeout):
+            timeout = max((t for t in (timeout.connect, timeout.read, timeout.write, timeout.pool) if t), default=None)
+        if not isinstance(timeout, int | float) or timeout <= 0:
+            return CandidatePolicy(max_attempts=1, timeout_s=_NO_TIMEOUT_S)
+        # every attempt, the client's backoff between them (at most 8 s each in openai's client), and slack so
+        # that the client's own timeout, with its own error, is the one that fires
+        cycle = timeout * (self.client_retries + 1) + 8 * self.client_retries
+        return CandidatePolicy(max_attempts=1, timeout_s=cycle + 5)
 
     def plan(self, kwargs: dict[str, Any]) -> tuple[Plan | None, dict[str, Any]]:
         """The plan, or None and the request to send unchanged when aggregation is turned off."""
         options, rest = split_options(kwargs)
+        if any(str(k).lower() == _RAW_RESPONSE_HEADER for k in (rest.get("extra_headers") or {})):
+            if options.enabled:
+                raise RequestError(
+                    "with_raw_response / with_streaming_response return the HTTP response of one request; an "
+                    "aggregation is made of many. Call create() itself, or turn aggregation off for this call.",
+                    param="extra_headers",
+                )
+            return None, rest
         if not options.enabled:
+            choices = rest.get("n")
+            if isinstance(choices, int) and choices > self.max_n:
+                raise RequestError(f"n={choices} is over the cap of {self.max_n} per request", param="n")
             return None, rest
         plan = plan_request(options, rest)
         n = plan.n or self.n
@@ -118,17 +160,19 @@ class Aggregating:
         if min_candidates > n:
             raise RequestError(f"min_candidates={min_candidates} is more than n={n}", param="min_candidates")
         if plan.method is not None:
-            aggregator = self._aggregator_for(plan.method, plan.model)
+            aggregator = self._aggregator_for(plan.method, plan)
         elif isinstance(self.aggregator, str):
-            aggregator = self._aggregator_for(self.aggregator, plan.model)
+            aggregator = self._aggregator_for(self.aggregator, plan)
         else:
             aggregator = self.aggregator
-        model = OpenAIClientChatModel(create=self.create, is_async=self.is_async, model=plan.model, request=plan.params)
+        model = OpenAIClientChatModel(
+            create=self.create, is_async=self.is_async, model=plan.model, request=plan.params, messages=plan.messages
+        )
         return build_aggregate_graph(
             model,
             n=n,
             aggregator=aggregator,
-            policy=self.policy,
+            policy=self._policy(plan),
             min_candidates=min_candidates,
             max_n=self.max_n,
             max_concurrency=self.max_concurrency,
@@ -149,13 +193,13 @@ class Aggregating:
         return sample_sets
 
     def run(self, plan: Plan) -> Any:
-        graph, inputs = self.graph(plan), [{"messages": plan.messages}] * plan.choices
+        graph, inputs = self.graph(plan), [_graph_input(plan)] * plan.choices
         if plan.stream:
             return ChunkStream(self._stream(graph, plan))
         return completion(plan, self._outcomes(graph.batch(inputs, return_exceptions=True)))
 
     async def arun(self, plan: Plan) -> Any:
-        graph, inputs = self.graph(plan), [{"messages": plan.messages}] * plan.choices
+        graph, inputs = self.graph(plan), [_graph_input(plan)] * plan.choices
         if plan.stream:
             return AsyncChunkStream(self._astream(graph, plan))
         return completion(plan, self._outcomes(await graph.abatch(inputs, return_exceptions=True)))
@@ -165,7 +209,7 @@ class Aggregating:
         writer, state = ChunkWriter(plan), {}
         yield writer.opening()
         try:
-            for mode, data in graph.stream({"messages": plan.messages}, stream_mode=["custom", "messages", "values"]):
+            for mode, data in graph.stream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
                 if mode == "values":
                     state = data
                 elif (chunk := writer.event(mode, data)) is not None:
@@ -180,9 +224,7 @@ class Aggregating:
         writer, state = ChunkWriter(plan), {}
         yield writer.opening()
         try:
-            async for mode, data in graph.astream(
-                {"messages": plan.messages}, stream_mode=["custom", "messages", "values"]
-            ):
+            async for mode, data in graph.astream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
                 if mode == "values":
                     state = data
                 elif (chunk := writer.event(mode, data)) is not None:
@@ -211,27 +253,48 @@ def wrap_openai(
     an aggregation of `n` candidates, and return the same client.
 
     `aggregator` is "majority", "ssa", "gsr", "usc" (asking `aggregator_model` — default: the request's
-    model — through `aggregator_client`, default: this client) or any runtime Aggregator. Retries and timeouts
-    are the client's own (`max_retries`, `timeout`); `policy` adds the graph's per-candidate deadline and the
-    fallback from one `n` request to single requests, and by default does not retry on top of the client.
+    model — through `aggregator_client`, default: this client; the same kind, sync or async) or any runtime
+    Aggregator. Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the
+    graph's `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still
+    falls back from one `n` request to single requests. `client.with_options(...)` returns a wrapped copy.
     """
     completions = client.chat.completions
     if getattr(completions, _WRAPPED, None) is not None:
         raise ValueError("this client is already wrapped by wrap_openai")
+    settings = {
+        "n": n,
+        "aggregator": aggregator,
+        "aggregator_client": aggregator_client,
+        "aggregator_model": aggregator_model,
+        "policy": policy,
+        "min_candidates": min_candidates,
+        "max_n": max_n,
+        "max_concurrency": max_concurrency,
+        "store": store,
+    }
     original, is_async = _unwrapped_create(client)
+    aggregator_create = _unwrapped_create(aggregator_client) if aggregator_client is not None else None
+    if aggregator_create is not None and aggregator_create[1] != is_async:
+        kinds = ("OpenAI", "AsyncOpenAI")
+        raise ValueError(
+            f"aggregator_client must be the same kind of client as the wrapped one ({kinds[is_async]}), "
+            f"got {type(aggregator_client).__name__}"
+        )
     engine = Aggregating(
         (original, is_async),
         n=n,
         aggregator=aggregator,
-        aggregator_create=_unwrapped_create(aggregator_client) if aggregator_client is not None else None,
+        aggregator_create=aggregator_create,
         aggregator_model=aggregator_model,
-        policy=policy or CandidatePolicy(max_attempts=1),
+        policy=policy,
+        client_timeout=getattr(client, "timeout", None),
+        client_retries=int(getattr(client, "max_retries", 0) or 0),
         min_candidates=min_candidates,
         max_n=max_n,
         max_concurrency=max_concurrency,
         store=store,
     )
-    if engine.is_async:
+    if is_async:
 
         async def acreate(**kwargs: Any) -> Any:
             plan, rest = engine.plan(kwargs)
@@ -248,4 +311,16 @@ def wrap_openai(
     patched.__doc__ = f"{original.__doc__ or ''}\n\nWrapped by aggregate_graph.wrap_openai (n={n})."
     completions.create = patched
     setattr(completions, _WRAPPED, original)
+    _wrap_copies(client, settings)
     return client
+
+
+def _wrap_copies(client: Any, settings: dict[str, Any]) -> None:
+    """`client.with_options(...)` / `client.copy(...)` return new clients: wrap those the same way, so that
+    `client.with_options(timeout=5).chat.completions.create(...)` still aggregates."""
+    copy = client.copy
+
+    def wrapped_copy(*args: Any, **kwargs: Any) -> Any:
+        return wrap_openai(copy(*args, **kwargs), **settings)
+
+    client.copy = client.with_options = wrapped_copy
