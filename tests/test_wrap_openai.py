@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import openai
 import pytest
 from langgraph.store.memory import InMemoryStore
 from openai import AsyncOpenAI, OpenAI
@@ -190,9 +191,12 @@ def test_extra_body_turns_aggregation_off_or_changes_n_and_method(serve) -> None
 def test_requests_that_cannot_be_aggregated_raise_a_clear_error(serve, options, match) -> None:
     upstream = serve(math_replies)
     wrapped = wrap_openai(client(upstream), n=5)
-    with pytest.raises(RequestError, match=match):
+    with pytest.raises(RequestError, match=match) as caught:
         wrapped.chat.completions.create(**{"model": "m", "messages": QUESTION, **options})
     assert upstream.calls == 0  # refused before anything was paid for
+    # what the API itself would raise, so `except openai.BadRequestError` handles it
+    assert isinstance(caught.value, openai.BadRequestError) and caught.value.status_code == 400
+    assert caught.value.param is not None
 
 
 def test_text_response_format_and_tools_with_aggregation_off_are_fine(serve) -> None:
@@ -325,3 +329,12 @@ def test_a_candidate_cut_off_by_the_token_limit_finishes_with_length(serve) -> N
     upstream = serve(["Working: 6 times 7 is 42. The answer is 42"], finish_reason="length")
     response = wrap_openai(client(upstream), n=2).chat.completions.create(model="m", messages=QUESTION)
     assert response.choices[0].finish_reason == "length"
+
+
+def test_the_calls_transport_options_reach_the_aggregator_on_the_same_client(serve) -> None:
+    upstream = serve(math_replies)
+    wrapped = wrap_openai(client(upstream), n=3, aggregator="ssa")
+    wrapped.chat.completions.create(model="m", messages=QUESTION, extra_headers={"X-Gateway-Team": "math"}, user="u1")
+    candidates, aggregator = upstream.headers
+    assert candidates["x-gateway-team"] == aggregator["x-gateway-team"] == "math"
+    assert upstream.requests[1]["user"] == "u1" and "proposed answers" in upstream.requests[1]["messages"][0]["content"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from openai import NotGiven, Omit
+import httpx
+from openai import BadRequestError, NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 OPTIONS_KEY = "aggregation"
@@ -26,12 +27,15 @@ _REFUSED = {
 }
 
 
-class RequestError(ValueError):
-    """A request that cannot be aggregated as given; `param` names the offending field (as OpenAI does)."""
+class RequestError(BadRequestError, ValueError):
+    """A request that cannot be aggregated as given, raised before anything is sent. It is the
+    `openai.BadRequestError` the API would answer (status 400, `param` naming the offending field), so code
+    that handles the client's errors handles it; and a ValueError."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
-        super().__init__(message)
-        self.param, self.code = param, code
+        body = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
+        request = httpx.Request("POST", "http://wrap-openai.invalid/v1/chat/completions")
+        super().__init__(message, response=httpx.Response(400, request=request, json={"error": body}), body=body)
 
 
 class AggregationOptions(BaseModel):

@@ -41,7 +41,7 @@ class OpenAITestServer:
     failure_rate / failure_status / failure_message: share of requests answered with that error; fail_first:
         the first requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
-    `authorizations` records each request's Authorization header, to check which key a client sent.
+    `headers` records each request's headers (`authorizations` their Authorization), to check what a client sent.
     """
 
     def __init__(
@@ -68,7 +68,7 @@ class OpenAITestServer:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
-        self.authorizations: list[str | None] = []
+        self.headers: list[dict[str, str]] = []
         self.samples_served = 0
         self.prompt_tokens_billed = 0
         self.errors_sent = 0
@@ -82,6 +82,10 @@ class OpenAITestServer:
     @property
     def calls(self) -> int:
         return len(self.requests)
+
+    @property
+    def authorizations(self) -> list[str | None]:
+        return [h.get("authorization") for h in self.headers]
 
     @property
     def base_url(self) -> str:
@@ -131,7 +135,7 @@ class OpenAITestServer:
         async def answer(request: Request) -> Response:
             body = await request.json()
             with self._lock:
-                self.authorizations.append(request.headers.get("authorization"))
+                self.headers.append(dict(request.headers))
             fault = self._admit(body)
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
