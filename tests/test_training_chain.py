@@ -1,0 +1,134 @@
+"""The whole training chain on CPU with a tiny Qwen2 built offline: build → sft → grpo → evaluate → export →
+served by the local engine (`serve-aggregator --engine local`) → used by SSAAggregator in the prebuilt graph.
+
+Every step runs through `aggregate-train`'s own entry point, so the flags are checked with the steps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+
+from aggregate_graph import SSAAggregator, build_aggregate_graph, read_sample_sets
+from aggregate_graph.aggregators.ssa import parse_ssa_output
+from aggregate_graph.local import LocalChatModel
+from aggregate_graph.serve.local import create_app
+from aggregate_graph.testing import running
+from tests.conftest import chat
+from tests.training_fixtures import build_tiny_qwen2, corpus, toy_sample_sets
+from training.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def run(step: str, **flags: object) -> None:
+    argv = [step]
+    for name, value in flags.items():
+        argv += [f"--{name}", *(str(v) for v in value)] if isinstance(value, list) else [f"--{name}", str(value)]
+    assert main(argv) == 0
+
+
+def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
+    torch.set_num_threads(1)
+    sets = toy_sample_sets(16)
+    base = build_tiny_qwen2(tmp_path / "base", corpus(sets))
+    pool = tmp_path / "sets.jsonl"
+    pool.write_text("".join(s.model_dump_json() + "\n" for s in sets), encoding="utf-8")
+
+    data = tmp_path / "data"
+    run(
+        "build",
+        sample_sets=pool,
+        output_dir=data,
+        k_min=3,
+        k_max=5,
+        subsets_per_problem=6,
+        hard_fraction=0.25,
+        validation_fraction=0.25,
+        max_prompt_tokens=400,
+        tokenizer=base,
+    )
+    summary = json.loads((data / "build.json").read_text())
+    assert summary["train"]["examples"] > 20 and summary["validation"]["problems"] == 4
+
+    sft_dir = tmp_path / "sft"
+    run(
+        "sft",
+        model=base,
+        data_dir=data,
+        output_dir=sft_dir,
+        learning_rate=1e-2,
+        max_steps=120,
+        per_device_train_batch_size=4,
+        lora_r=16,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        logging_steps=20,
+        save_steps=30,
+    )
+    assert (sft_dir / "adapter_config.json").is_file() and (sft_dir / "checkpoint-120").is_dir()
+
+    grpo_dir = tmp_path / "grpo"
+    run(
+        "grpo",
+        model=base,
+        adapter=sft_dir,
+        data_dir=data,
+        output_dir=grpo_dir,
+        num_generations=4,
+        per_device_train_batch_size=4,
+        max_completion_length=24,
+        max_steps=2,
+        learning_rate=1e-4,
+        logging_steps=1,
+        save_steps=2,
+    )
+    assert (grpo_dir / "adapter_config.json").is_file()
+    assert json.loads((grpo_dir / "training_step.json").read_text())["base_model"] == str(base)
+
+    merged = tmp_path / "export"
+    run("export", checkpoint=grpo_dir, output_dir=merged, merge=True)
+    evaluation = tmp_path / "eval"
+    run(
+        "evaluate",
+        sample_sets=data / "validation_sets.jsonl",
+        output_dir=evaluation,
+        aggregator="ssa",
+        model_dir=merged,
+        k=5,
+        curve_ks=[1, 5],
+        curve_draws=1,
+        bootstrap=200,
+        max_tokens=24,
+    )
+    metrics = json.loads((evaluation / "metrics.json").read_text())["metrics"]
+    assert metrics["aggregator"]["mean"] == 100.0 and metrics["gap"]["mean"] >= 0
+    assert (evaluation / "accuracy_vs_k.png").stat().st_size > 1000
+    run("export", checkpoint=grpo_dir, output_dir=merged, merge=True, evaluation=evaluation)
+    card = (merged / "README.md").read_text()
+    assert "Refinement Gap" in card and f"serve-aggregator {merged}" in card
+
+    # The exported folder, served by the local engine over HTTP, aggregates inside the prebuilt graph.
+    # Candidates and question in the toy data's style: the tiny model has learned nothing beyond it.
+    candidates = serve([f"Working on problem 20: the result is {a}.\n#### {a}" for a in ("42", "13", "42")])
+    with running(create_app(merged, served_model_name="ssa-tiny")) as url:
+        model = ChatOpenAI(base_url=url, api_key="x", model="ssa-tiny", max_tokens=24, temperature=0, max_retries=0)
+        graph = build_aggregate_graph(chat(candidates), n=3, aggregator=SSAAggregator(model, k=3))
+        out = graph.invoke({"messages": [HumanMessage("Problem 20: what is 6 times 7?")]})
+    aggregation = out["sample_set"].aggregation
+    assert aggregation.method == "ssa", aggregation
+    assert aggregation.details["parse_status"] == "parsed", aggregation.details["raw_output"]
+    assert aggregation.answer == "42" and "fallback" not in aggregation.details
+
+    # The adapter kept unmerged serves on its base just the same.
+    adapter = tmp_path / "adapter"
+    run("export", checkpoint=grpo_dir, output_dir=adapter, merge=False)
+    assert f"serve-aggregator {base} --adapter {adapter}" in (adapter / "README.md").read_text()
+    local = LocalChatModel(model_path=str(base), adapter_path=str(adapter), temperature=0, max_new_tokens=24)
+    validation = list(read_sample_sets(data / "validation_sets.jsonl"))
+    reply = SSAAggregator(local, k=3).invoke(validation[0])
+    assert parse_ssa_output(reply.details["raw_output"]).status == "parsed" and reply.answer == "42"
