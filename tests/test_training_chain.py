@@ -82,6 +82,7 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
         num_generations=4,
         per_device_train_batch_size=4,
         max_completion_length=24,
+        temperature=0.1,
         max_steps=2,
         learning_rate=1e-4,
         logging_steps=1,
@@ -89,6 +90,9 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     )
     assert (grpo_dir / "adapter_config.json").is_file()
     assert json.loads((grpo_dir / "training_step.json").read_text())["base_model"] == str(base)
+    # The reward reached the trainer: rollouts of the SFT model parse and are graded right by the runtime's grader.
+    logged = json.loads((grpo_dir / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    assert max(entry.get("rewards/correctness/mean", 0) for entry in logged) > 0
 
     merged = tmp_path / "export"
     run("export", checkpoint=grpo_dir, output_dir=merged, merge=True)
