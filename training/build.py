@@ -119,8 +119,6 @@ def _examples(sets: list[SampleSet], config: BuildConfig, fmt: Format, rng: rand
     count_tokens = _token_counter(config) if config.max_prompt_tokens is not None else None
     examples, too_long = [], 0
     for sample_set in tqdm(sets, desc="building examples"):
-        if sample_set.gold is None:
-            continue
         for subset in draw_subsets(sample_set, config, rng):
             prompt = fmt.render(sample_set.question, [c.text for c in subset], config.max_candidate_tokens)
             if count_tokens is not None and count_tokens(prompt) > config.max_prompt_tokens:
@@ -170,7 +168,9 @@ def build(config: BuildConfig) -> dict[str, Any]:
     if not 1 <= config.k_min <= config.k_max:
         raise ValueError(f"need 1 <= k_min <= k_max, got {config.k_min}, {config.k_max}")
     fmt, rng = FORMATS[config.format], random.Random(config.seed)
-    sets = load_sample_sets(config.sample_sets, config.limit)
+    sets = [s for s in load_sample_sets(config.sample_sets, config.limit) if s.gold is not None]
+    # Problems are split before any example exists, so the split does not depend on sampling or mixing.
+    held_out = split_problems([problem_key(s) for s in sets], config.validation_fraction, rng)
     examples = mix(_examples(sets, config, fmt, rng), config.hard_fraction, rng)
     rejected = 0
     if config.targets == "teacher":
@@ -186,7 +186,6 @@ def build(config: BuildConfig) -> dict[str, Any]:
             example["completion"] = [{"role": "assistant", "content": trace}]
         rejected = sum(t is None for t in traces)
         examples = [e for e, t in zip(examples, traces, strict=True) if t is not None]
-    held_out = split_problems([e["problem"] for e in examples], config.validation_fraction, rng)
     out = Path(config.output_dir)
     for e in examples:
         del e["order"]
