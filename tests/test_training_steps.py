@@ -141,3 +141,22 @@ def test_cli_flags_are_the_config_fields(tmp_path: Path, capsys) -> None:
     config.write_text(f"sample_sets: {sets}\noutput_dir: {tmp_path / 'y'}\nk_min: 2\nk_max: 2\n", encoding="utf-8")
     assert main(["build", str(config)]) == 0
     assert json.loads((tmp_path / "y" / "build.json").read_text())["config"]["k_max"] == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["accelerate_multi_gpu", "deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_multinode"]
+)
+def test_scale_out_configs_load_in_accelerate(name: str) -> None:
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    config = ClusterConfig.from_yaml_file(Path("training/configs") / f"{name}.yaml")
+    assert config.num_processes >= 8 and config.mixed_precision == "bf16"
+
+
+def test_example_step_config_is_a_valid_sft_config() -> None:
+    from transformers import HfArgumentParser
+
+    from training.sft import SFTStepConfig
+
+    (config,) = HfArgumentParser(SFTStepConfig).parse_yaml_file("training/configs/sft_ssa_example.yaml")
+    assert config.use_lora and config.bf16 and config.lora_r == 32
