@@ -6,6 +6,7 @@ Every step runs through `aggregate-train`'s own entry point, so the flags are ch
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -56,21 +57,19 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     assert summary["train"]["examples"] >= 16 and summary["validation"]["problems"] >= 1
 
     sft_dir = tmp_path / "sft"
-    run(
-        "sft",
-        model=base,
-        data_dir=data,
-        output_dir=sft_dir,
-        learning_rate=1e-2,
-        max_steps=120,
-        per_device_train_batch_size=4,
-        lora_r=16,
-        lora_alpha=32,
-        lora_dropout=0.0,
-        logging_steps=20,
-        save_steps=30,
-    )
+    sft_flags = {
+        "model": base, "data_dir": data, "output_dir": sft_dir, "learning_rate": 1e-2, "max_steps": 120,
+        "per_device_train_batch_size": 4, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "logging_steps": 20,
+        "save_steps": 30,
+    }  # fmt: skip
+    run("sft", **sft_flags)
     assert (sft_dir / "adapter_config.json").is_file() and (sft_dir / "checkpoint-120").is_dir()
+    # Interrupted after step 90: a rerun resumes from checkpoint-90 (kept as it was) instead of starting over.
+    shutil.rmtree(sft_dir / "checkpoint-120")
+    saved_90 = (sft_dir / "checkpoint-90" / "trainer_state.json").stat().st_mtime_ns
+    run("sft", **sft_flags)
+    assert (sft_dir / "checkpoint-120").is_dir()
+    assert (sft_dir / "checkpoint-90" / "trainer_state.json").stat().st_mtime_ns == saved_90
 
     grpo_dir = tmp_path / "grpo"
     run(
@@ -123,6 +122,12 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
         model = ChatOpenAI(base_url=url, api_key="x", model="ssa-tiny", max_tokens=24, temperature=0, max_retries=0)
         graph = build_aggregate_graph(chat(candidates), n=3, aggregator=SSAAggregator(model, k=3))
         out = graph.invoke({"messages": [HumanMessage("Problem 20: what is 6 times 7?")]})
+        # evaluate reaches a served aggregator the same way (vLLM in production)
+        run("evaluate", sample_sets=data / "validation_sets.jsonl", output_dir=tmp_path / "eval_served",
+            aggregator="ssa", base_url=url, served_model_name="ssa-tiny", k=5, curve_ks=[5], curve_draws=1,
+            bootstrap=100, max_tokens=24)  # fmt: skip
+    served = json.loads((tmp_path / "eval_served" / "metrics.json").read_text())["metrics"]
+    assert served["aggregator"]["mean"] == metrics["aggregator"]["mean"]
     aggregation = out["sample_set"].aggregation
     assert aggregation.method == "ssa", aggregation
     assert aggregation.details["parse_status"] == "parsed", aggregation.details["raw_output"]
