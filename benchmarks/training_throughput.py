@@ -22,8 +22,8 @@ from training.sft import SFTStepConfig, sft
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--sft-steps", type=int, default=6)
-    p.add_argument("--grpo-steps", type=int, default=3)
+    p.add_argument("--sft-steps", type=int, default=6, help="0 skips SFT")
+    p.add_argument("--grpo-steps", type=int, default=3, help="0 skips GRPO")
     args = p.parse_args()
     import torch
 
@@ -35,15 +35,17 @@ def main() -> int:
                           k_min=3, k_max=3, subsets_per_problem=1, max_candidate_tokens=64, hard_fraction=None,
                           validation_fraction=0.0, limit=32))  # fmt: skip
         common = {"model": "smollm2", "data_dir": str(data), "logging_steps": 1, "save_steps": 10_000}
-        result = sft(
-            SFTStepConfig(**common, output_dir=f"{tmp}/sft", max_steps=args.sft_steps, per_device_train_batch_size=2)
-        )
-        rows.append(("SFT, LoRA r=16, batch 2", result, args.sft_steps))
-        result = grpo(
-            GRPOStepConfig(**common, output_dir=f"{tmp}/grpo", max_steps=args.grpo_steps, num_generations=4,
-                           per_device_train_batch_size=4, max_completion_length=64)
-        )  # fmt: skip
-        rows.append(("GRPO, LoRA r=16, 4 generations x 64 tokens", result, args.grpo_steps))
+        if args.sft_steps:
+            config = SFTStepConfig(
+                **common, output_dir=f"{tmp}/sft", max_steps=args.sft_steps, per_device_train_batch_size=2
+            )
+            rows.append(("SFT, LoRA r=16, batch 2", sft(config), args.sft_steps))
+        if args.grpo_steps:
+            result = grpo(
+                GRPOStepConfig(**common, output_dir=f"{tmp}/grpo", max_steps=args.grpo_steps, num_generations=4,
+                               per_device_train_batch_size=4, max_completion_length=64)
+            )  # fmt: skip
+            rows.append(("GRPO, LoRA r=16, 4 generations x 64 tokens", result, args.grpo_steps))
     print(f"\nSmolLM2-135M-Instruct on CPU, {args.threads} threads")
     print(f"{'step':<44} {'tokens':>8} {'seconds':>8} {'tokens/s':>9} {'s/step':>7}")
     for name, result, steps in rows:

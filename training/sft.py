@@ -27,7 +27,8 @@ class SFTStepConfig:
     use_lora: bool = True
     lora_r: int = 16
     lora_alpha: int = 32
-    lora_dropout: float = 0.05
+    # 0: on CPU, dropout masks on every LoRA input cost about a fifth of an SFT step (profiled on SmolLM2-135M).
+    lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     learning_rate: float = 1e-4
     num_train_epochs: float = 1.0
