@@ -24,6 +24,7 @@ from tests.training_fixtures import build_tiny_qwen2, corpus, toy_sample_sets
 from training.cli import main
 
 pytestmark = pytest.mark.slow
+TRACE = "<think>Most answers agree.</think> <answer>42</answer>"
 
 
 def run(step: str, **flags: object) -> None:
@@ -35,14 +36,20 @@ def run(step: str, **flags: object) -> None:
 
 def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     torch.set_num_threads(1)
-    sets = toy_sample_sets(16)
+    sets = toy_sample_sets(32)
     base = build_tiny_qwen2(tmp_path / "base", corpus(sets))
     pool = tmp_path / "sets.jsonl"
     pool.write_text("".join(s.model_dump_json() + "\n" for s in sets), encoding="utf-8")
 
+    # GSR-style distillation: a teacher (any OpenAI-compatible server) writes the targets; build keeps the traces
+    # that reach the gold answer. One short trace is all a model this small learns reliably.
+    teacher = serve([TRACE])
     data = tmp_path / "data"
     run(
         "build",
+        targets="teacher",
+        teacher_model="test-model",
+        teacher_base_url=teacher.base_url,
         sample_sets=pool,
         output_dir=data,
         k_min=3,
@@ -54,22 +61,23 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
         tokenizer=base,
     )
     summary = json.loads((data / "build.json").read_text())
+    assert summary["teacher_rejected"] == 0 and teacher.calls >= summary["train"]["examples"]
     assert summary["train"]["examples"] >= 16 and summary["validation"]["problems"] >= 1
 
     sft_dir = tmp_path / "sft"
     sft_flags = {
         "model": base, "data_dir": data, "output_dir": sft_dir, "learning_rate": 1e-2, "max_steps": 120,
-        "per_device_train_batch_size": 4, "lora_r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "logging_steps": 20,
-        "save_steps": 30,
+        "per_device_train_batch_size": 4, "lora_r": 64, "lora_alpha": 64, "lora_dropout": 0.0, "logging_steps": 20,
+        "save_steps": 40,
     }  # fmt: skip
     run("sft", **sft_flags)
     assert (sft_dir / "adapter_config.json").is_file() and (sft_dir / "checkpoint-120").is_dir()
-    # Interrupted after step 90: a rerun resumes from checkpoint-90 (kept as it was) instead of starting over.
+    # Interrupted after step 80: a rerun resumes from checkpoint-80 (kept as it was) instead of starting over.
     shutil.rmtree(sft_dir / "checkpoint-120")
-    saved_90 = (sft_dir / "checkpoint-90" / "trainer_state.json").stat().st_mtime_ns
+    saved_80 = (sft_dir / "checkpoint-80" / "trainer_state.json").stat().st_mtime_ns
     run("sft", **sft_flags)
     assert (sft_dir / "checkpoint-120").is_dir()
-    assert (sft_dir / "checkpoint-90" / "trainer_state.json").stat().st_mtime_ns == saved_90
+    assert (sft_dir / "checkpoint-80" / "trainer_state.json").stat().st_mtime_ns == saved_80
 
     grpo_dir = tmp_path / "grpo"
     run(
@@ -80,7 +88,7 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
         output_dir=grpo_dir,
         num_generations=4,
         per_device_train_batch_size=4,
-        max_completion_length=24,
+        max_completion_length=48,
         temperature=0.1,
         max_steps=2,
         learning_rate=1e-4,
@@ -106,7 +114,7 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
         curve_ks=[1, 5],
         curve_draws=1,
         bootstrap=200,
-        max_tokens=24,
+        max_tokens=48,
     )
     metrics = json.loads((evaluation / "metrics.json").read_text())["metrics"]
     assert metrics["aggregator"]["mean"] == 100.0 and metrics["gap"]["mean"] >= 0
@@ -117,15 +125,15 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
 
     # The exported folder, served by the local engine over HTTP, aggregates inside the prebuilt graph.
     # Candidates and question in the toy data's style: the tiny model has learned nothing beyond it.
-    candidates = serve([f"Working on problem 20: the result is {a}.\n#### {a}" for a in ("42", "13", "42")])
+    candidates = serve([f"Working on it: the result is {a}.\n#### {a}" for a in ("42", "13", "42")])
     with running(create_app(merged, served_model_name="ssa-tiny")) as url:
-        model = ChatOpenAI(base_url=url, api_key="x", model="ssa-tiny", max_tokens=24, temperature=0, max_retries=0)
+        model = ChatOpenAI(base_url=url, api_key="x", model="ssa-tiny", max_tokens=48, temperature=0, max_retries=0)
         graph = build_aggregate_graph(chat(candidates), n=3, aggregator=SSAAggregator(model, k=3))
-        out = graph.invoke({"messages": [HumanMessage("Problem 20: what is 6 times 7?")]})
+        out = graph.invoke({"messages": [HumanMessage("The grey cat asks: what is 6 times 7?")]})
         # evaluate reaches a served aggregator the same way (vLLM in production)
         run("evaluate", sample_sets=data / "validation_sets.jsonl", output_dir=tmp_path / "eval_served",
             aggregator="ssa", base_url=url, served_model_name="ssa-tiny", k=5, curve_ks=[5], curve_draws=1,
-            bootstrap=100, max_tokens=24)  # fmt: skip
+            bootstrap=100, max_tokens=48)  # fmt: skip
     served = json.loads((tmp_path / "eval_served" / "metrics.json").read_text())["metrics"]
     assert served["aggregator"]["mean"] == metrics["aggregator"]["mean"]
     aggregation = out["sample_set"].aggregation
@@ -137,7 +145,8 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     adapter = tmp_path / "adapter"
     run("export", checkpoint=grpo_dir, output_dir=adapter, merge=False)
     assert f"serve-aggregator {base} --adapter {adapter}" in (adapter / "README.md").read_text()
-    local = LocalChatModel(model_path=str(base), adapter_path=str(adapter), temperature=0, max_new_tokens=24)
+    local = LocalChatModel(model_path=str(base), adapter_path=str(adapter), temperature=0, max_new_tokens=48)
     validation = list(read_sample_sets(data / "validation_sets.jsonl"))
-    reply = SSAAggregator(local, k=3).invoke(validation[0])
-    assert parse_ssa_output(reply.details["raw_output"]).status == "parsed" and reply.answer == "42"
+    reply = SSAAggregator(local, k=5).invoke(validation[0])
+    assert parse_ssa_output(reply.details["raw_output"]).status == "parsed", reply.details["raw_output"]
+    assert reply.answer == "42"

@@ -75,7 +75,7 @@ def test_build_filters_long_prompts_and_writes_gsr(tmp_path: Path) -> None:
 def test_teacher_targets_keep_only_traces_that_reach_the_gold(tmp_path: Path, serve) -> None:
     def teacher(body: dict, sample_no: int) -> str:
         prompt = body["messages"][-1]["content"]
-        if "Problem 0:" in prompt:  # never right: the example is dropped
+        if "The red fox" in prompt:  # never right: the example is dropped
             return "<think>Hmm.</think> <answer>13</answer>"
         return "<think>Check 6 * 7.</think> <answer>42</answer>" if sample_no % 2 else "<answer>7</answer>"
 
@@ -89,7 +89,7 @@ def test_teacher_targets_keep_only_traces_that_reach_the_gold(tmp_path: Path, se
     rows = read_jsonl(tmp_path / "t" / "train.jsonl")
     assert summary["teacher_rejected"] == 2 and len(rows) == 4
     assert all(r["completion"][0]["content"] == "<think>Check 6 * 7.</think> <answer>42</answer>" for r in rows)
-    assert not any(r["problem"].startswith("Problem 0:") for r in rows)
+    assert not any(r["problem"].startswith("The red fox") for r in rows)
 
 
 def test_collect_samples_with_the_graph_resumes_and_imports(tmp_path: Path, serve) -> None:

@@ -19,6 +19,10 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 WRONG = ["13", "7", "48", "35"]
+# Questions differ only by a pair of words that all occur in every split, so held-out problems bring no token
+# the tiny model never trained on (an untrained embedding would derail it).
+COLOURS = ("red", "blue", "green", "grey", "pink", "gold", "black", "white")
+ANIMALS = ("fox", "owl", "cat", "eel")
 
 
 def toy_sample_sets(problems: int = 16) -> list[SampleSet]:
@@ -30,11 +34,10 @@ def toy_sample_sets(problems: int = 16) -> list[SampleSet]:
         candidates = []
         for i in range(5):
             answer = "42" if i < right else WRONG[(p + i) % len(WRONG)]
-            text = f"Working on problem {p}: the result is {answer}.\n#### {answer}"
+            text = f"Working on it: the result is {answer}.\n#### {answer}"
             candidates.append(Candidate(index=i, text=text, answer=answer, model="toy"))
-        sets.append(
-            SampleSet(id=f"toy-{p}", question=f"Problem {p}: what is 6 times 7?", gold="42", candidates=candidates)
-        )
+        question = f"The {COLOURS[p % 8]} {ANIMALS[(p // 8) % 4]} asks: what is 6 times 7?"
+        sets.append(SampleSet(id=f"toy-{p}", question=question, gold="42", candidates=candidates))
     return sets
 
 
@@ -45,6 +48,7 @@ def corpus(sets: list[SampleSet]) -> list[str]:
         texts.append(render_gsr_prompt(s.question, [c.text for c in s.candidates]))
         texts.append(ssa_target(s.gold, [c.answer for c in s.candidates]))
         texts.append(gsr_target(s.gold, [c.answer for c in s.candidates]))
+    texts.append("<think>Most answers agree.</think> <answer>42</answer>")
     return texts
 
 
@@ -80,6 +84,9 @@ def build_tiny_qwen2(path: Path, texts: list[str], hidden: int = 64) -> Path:
         num_key_value_heads=2,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
+        # LoRA trains neither the (tied) embeddings nor the final norm, so these bound how sharp the logits can get:
+        # at the usual 0.02 the trained model stays near-uniform and greedy decoding hangs on tiny margins.
+        initializer_range=0.5,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,
