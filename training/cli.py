@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     known = steps()
     if not argv or argv[0] not in known:
-        print(usage(known), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        asked = argv[:1] in (["-h"], ["--help"])
+        print(usage(known), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
     step = known[argv[0]]
     result = step.run(parse(step, argv[1:]))
     print(json.dumps(result, indent=2, default=str) if isinstance(result, dict) else result)
