@@ -148,14 +148,17 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     ks = [p["k"] for p in result["curve"]]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, label in (("single", "single"), ("maj", "maj@k"), ("pass", "pass@k"), ("aggregator", "aggregator")):
+    # maj@k dashed and on top: with majority vote as the aggregator the two curves coincide.
+    for name, label, style in (("single", "single", "-"), ("pass", "pass@k", "-"), ("aggregator", "aggregator", "-"),
+                               ("maj", "maj@k", "--")):  # fmt: skip
         means = [p[name]["mean"] for p in result["curve"]]
-        ax.plot(ks, means, marker="o", label=label)
+        ax.plot(ks, means, marker="o", linestyle=style, label=label)
         ax.fill_between(
             ks, [p[name]["ci_low"] for p in result["curve"]], [p[name]["ci_high"] for p in result["curve"]], alpha=0.15
         )
     ax.set(xlabel="k (candidates)", ylabel="accuracy %", title=f"{result['aggregator']} on {result['sample_sets']}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
