@@ -150,3 +150,17 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     reply = SSAAggregator(local, k=5).invoke(validation[0])
     assert parse_ssa_output(reply.details["raw_output"]).status == "parsed", reply.details["raw_output"]
     assert reply.answer == "42"
+
+    # GSR on the same model: it never learned `\\boxed{}`, so every set falls back to majority vote, recorded.
+    run("evaluate", sample_sets=data / "validation_sets.jsonl", output_dir=tmp_path / "eval_gsr", aggregator="gsr",
+        model_dir=merged, k=3, curve_ks=[3], curve_draws=1, bootstrap=50, max_tokens=16, limit=2)  # fmt: skip
+    gsr = json.loads((tmp_path / "eval_gsr" / "metrics.json").read_text())["metrics"]
+    assert gsr["aggregator"]["mean"] == gsr["maj"]["mean"]
+
+    # collect with an in-process local policy (here the trained model itself) through the prebuilt graph
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"question": "What is 6 times 7?", "answer": "6 * 7 = 42\n#### 42"}) + "\n")
+    run("collect", dataset=questions, output=tmp_path / "collected.jsonl", model=f"local:{merged}", n=2,
+        max_tokens=16, seed=0)  # fmt: skip
+    (collected,) = read_sample_sets(tmp_path / "collected.jsonl")
+    assert collected.gold == "42" and len(collected.succeeded) == 2 and collected.candidates[0].model
