@@ -151,7 +151,7 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     assert parse_ssa_output(reply.details["raw_output"]).status == "parsed", reply.details["raw_output"]
     assert reply.answer == "42"
 
-    # GSR on the same model: it never learned `\\boxed{}`, so every set falls back to majority vote, recorded.
+    # GSR on the same model: it never learned `\boxed{}`, so every set falls back to majority vote, recorded.
     run("evaluate", sample_sets=data / "validation_sets.jsonl", output_dir=tmp_path / "eval_gsr", aggregator="gsr",
         model_dir=merged, k=3, curve_ks=[3], curve_draws=1, bootstrap=50, max_tokens=16, limit=2)  # fmt: skip
     gsr = json.loads((tmp_path / "eval_gsr" / "metrics.json").read_text())["metrics"]
