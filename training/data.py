@@ -1,0 +1,59 @@
+"""Where sample sets come from (a JSONL file or a named real pool) and how step outputs are written."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from aggregate_graph import SampleSet, load_faithful_cot, load_gpt3_solutions, load_qwen_math, read_sample_sets
+
+# The real pools in ../shared/data, by the names the CLI accepts wherever a sample-set file is expected.
+POOLS: dict[str, Callable[[], list[SampleSet]]] = {
+    "faithful_cot": load_faithful_cot,
+    "gpt3_solutions": load_gpt3_solutions,
+    "qwen_math": load_qwen_math,
+}
+
+
+def load_sample_sets(source: str | Path, limit: int | None = None) -> list[SampleSet]:
+    """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`) or a sample-set
+    JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`)."""
+    name, _, configs = str(source).partition(":")
+    if name == "faithful_cot" and configs:
+        sets = load_faithful_cot(configs.split(","))
+    elif str(source) in POOLS:
+        sets = POOLS[str(source)]()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"{source}: neither a sample-set JSONL file nor a pool name ({sorted(POOLS)})")
+        sets = list(read_sample_sets(path))
+    return sets[:limit] if limit is not None else sets
+
+
+def problem_key(sample_set: SampleSet) -> str:
+    """What identifies a problem across sample sets: the question text (the flywheel logs the same problem under
+    many set ids, so ids cannot keep a problem out of both sides of a split)."""
+    return " ".join(sample_set.question.split())
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")

@@ -1,0 +1,95 @@
+"""The two aggregator formats (SSA, GSR) as training sees them, and the SFT targets: programmatic ones built from
+the gold answer, or a teacher model's traces kept only when they reach the gold answer (GSR's distillation).
+
+Prompts and parsers are the runtime's (`aggregate_graph.aggregators.ssa/gsr`); nothing here re-renders or re-parses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from aggregate_graph import equivalent
+from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
+from aggregate_graph.aggregators.ssa import parse_ssa_output, render_ssa_prompt
+
+
+@dataclass(frozen=True)
+class Format:
+    """How one aggregator asks and answers: its prompt, its final-answer parser, and whether an output is in
+    format (the GRPO format reward)."""
+
+    name: str
+    render: Callable[[str, Sequence[str], int], str]
+    answer: Callable[[str], str | None]
+    well_formed: Callable[[str], bool]
+    target: Callable[[str, Sequence[str | None]], str]
+
+
+def _agreeing(gold: str, answers: Sequence[str | None]) -> list[int]:
+    return [i for i, a in enumerate(answers, 1) if equivalent(a, gold)]
+
+
+def ssa_target(gold: str, answers: Sequence[str | None]) -> str:
+    """A short SSA completion that names which proposed answers reach the gold answer."""
+    agree = _agreeing(gold, answers)
+    if agree:
+        names = ", ".join(str(i) for i in agree)
+        reason = f"Answer{'s' if len(agree) > 1 else ''} {names} reach{'' if len(agree) > 1 else 'es'} {gold}."
+        if len(agree) < len(answers):
+            reason += " The others are wrong."
+    else:
+        reason = f"None of the proposed answers is right; working it out gives {gold}."
+    return f"<think>{reason}</think> <answer>{gold}</answer>"
+
+
+def gsr_target(gold: str, answers: Sequence[str | None]) -> str:
+    """A GSR refinement stand-in ending in the gold answer; real GSR training distils a teacher's full solutions."""
+    agree = _agreeing(gold, answers)
+    verdict = f"Solutions {', '.join(map(str, agree))} are right" if agree else "All candidate solutions are wrong"
+    return f"{verdict}. Solving the problem again gives the final answer \\boxed{{{gold}}}."
+
+
+FORMATS: dict[str, Format] = {
+    "ssa": Format(
+        "ssa",
+        render_ssa_prompt,
+        lambda text: parse_ssa_output(text).answer,
+        lambda text: parse_ssa_output(text).status == "parsed",
+        ssa_target,
+    ),
+    "gsr": Format(
+        "gsr",
+        render_gsr_prompt,
+        parse_gsr_output,
+        lambda text: parse_gsr_output(text) is not None,
+        gsr_target,
+    ),
+}
+
+
+def teacher_targets(
+    model: Any, prompts: Sequence[str], golds: Sequence[str], fmt: Format, samples: int, concurrency: int
+) -> list[str | None]:
+    """One teacher trace per prompt whose parsed answer is equivalent to the gold answer (rejection sampling:
+    up to `samples` tries each), or None where every try was wrong. `model` is any LangChain chat model, e.g.
+    `ChatOpenAI(base_url=…)` over a vLLM server."""
+    from langchain_core.messages import HumanMessage
+
+    kept: list[str | None] = [None] * len(prompts)
+    todo = list(range(len(prompts)))
+    for attempt in range(samples):
+        if not todo:
+            break
+        replies = model.batch(
+            [[HumanMessage(prompts[i])] for i in todo], config={"max_concurrency": concurrency}, return_exceptions=True
+        )
+        for i, reply in zip(todo, tqdm(replies, desc=f"teacher try {attempt + 1}", leave=False), strict=True):
+            text = reply.text if not isinstance(reply, Exception) else ""
+            if text and equivalent(fmt.answer(text), golds[i]):
+                kept[i] = text
+        todo = [i for i in todo if kept[i] is None]
+    return kept
