@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from langchain_core.messages import HumanMessage
@@ -17,8 +24,6 @@ from langchain_openai import ChatOpenAI
 from aggregate_graph import SSAAggregator, build_aggregate_graph, read_sample_sets
 from aggregate_graph.aggregators.ssa import parse_ssa_output
 from aggregate_graph.local import LocalChatModel
-from aggregate_graph.serve.local import create_app
-from aggregate_graph.testing import running
 from tests.conftest import chat
 from tests.training_fixtures import build_tiny_qwen2, corpus, toy_sample_sets
 from training.cli import main
@@ -32,6 +37,31 @@ def run(step: str, **flags: object) -> None:
     for name, value in flags.items():
         argv += [f"--{name}", *(str(v) for v in value)] if isinstance(value, list) else [f"--{name}", str(value)]
     assert main(argv) == 0
+
+
+@contextmanager
+def serve_aggregator_cli(model_dir: Path, name: str) -> Iterator[str]:
+    """`aggregate-graph serve-aggregator MODEL_DIR --engine local` in its own process, as a user runs it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "aggregate_graph.cli", "serve-aggregator", str(model_dir), "--engine", "local"]
+    process = subprocess.Popen([*command, "--port", str(port), "--served-model-name", name])
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{url}/models").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "serve-aggregator did not start"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
@@ -126,7 +156,7 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     # The exported folder, served by the local engine over HTTP, aggregates inside the prebuilt graph.
     # Candidates and question in the toy data's style: the tiny model has learned nothing beyond it.
     candidates = serve([f"Working on it: the result is {a}.\n#### {a}" for a in ("42", "13", "42")])
-    with running(create_app(merged, served_model_name="ssa-tiny")) as url:
+    with serve_aggregator_cli(merged, "ssa-tiny") as url:
         model = ChatOpenAI(base_url=url, api_key="x", model="ssa-tiny", max_tokens=48, temperature=0, max_retries=0)
         graph = build_aggregate_graph(chat(candidates), n=3, aggregator=SSAAggregator(model, k=3))
         out = graph.invoke({"messages": [HumanMessage("The grey cat asks: what is 6 times 7?")]})
