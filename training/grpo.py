@@ -13,12 +13,12 @@ from typing import Any
 
 from aggregate_graph import equivalent
 from training.modeling import (
+    TrainStepConfig,
     build_format,
     last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
-    lora_config,
     save_step_config,
     tokens_seen,
 )
@@ -26,16 +26,8 @@ from training.targets import FORMATS, Format
 
 
 @dataclass
-class GRPOStepConfig:
-    model: str = field(metadata={"help": "base model folder (or `smollm2`)"})
-    data_dir: str = field(metadata={"help": "`build`'s output folder"})
-    output_dir: str = field(metadata={"help": "checkpoints and the final model / adapter"})
+class GRPOStepConfig(TrainStepConfig):
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter to keep training, e.g. sft's output"})
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0  # as in sft: dropout masks are a large share of a CPU step
-    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
     # The SSA paper's RL knobs: samples per prompt, learning rate, KL coefficient, completion length, temperature.
     num_generations: int = field(default=8, metadata={"help": "completions sampled per prompt (the group)"})
     learning_rate: float = 1e-5
@@ -46,24 +38,12 @@ class GRPOStepConfig:
     format_reward: float = field(default=0.1, metadata={"help": "added when the output parses in the format"})
     loss_type: str = "dapo"
     num_iterations: int = 1
-    num_train_epochs: float = 1.0
-    max_steps: int = -1
     per_device_train_batch_size: int = field(default=8, metadata={"help": "completions per device and step"})
-    gradient_accumulation_steps: int = 1
     use_vllm: bool = False
     vllm_mode: str = field(default="colocate", metadata={"help": "colocate (same GPUs) or server (trl vllm-serve)"})
     vllm_server_base_url: str | None = None
     vllm_gpu_memory_utilization: float = 0.3
-    gradient_checkpointing: bool = False
-    bf16: bool = False
-    use_cpu: bool = False
-    logging_steps: int = 10
-    save_steps: int = 200
-    save_total_limit: int = 2
     log_completions: bool = False
-    resume: bool = True
-    report_to: str = "none"
-    seed: int = 0
 
 
 def rewards(fmt: Format, format_reward: float) -> list[Callable[..., list[float]]]:
@@ -86,48 +66,32 @@ def grpo(config: GRPOStepConfig) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     args = GRPOConfig(
-        output_dir=config.output_dir,
+        **config.trainer_args(),
         num_generations=config.num_generations,
-        learning_rate=config.learning_rate,
         beta=config.beta,
         max_completion_length=config.max_completion_length,
         temperature=config.temperature,
         top_p=config.top_p,
         loss_type=config.loss_type,
         num_iterations=config.num_iterations,
-        num_train_epochs=config.num_train_epochs,
-        max_steps=config.max_steps,
-        per_device_train_batch_size=config.per_device_train_batch_size,
-        gradient_accumulation_steps=config.gradient_accumulation_steps,
         use_vllm=config.use_vllm,
         vllm_mode=config.vllm_mode,
         vllm_server_base_url=config.vllm_server_base_url,
         vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-        gradient_checkpointing=config.gradient_checkpointing,
-        bf16=config.bf16,
-        use_cpu=config.use_cpu,
-        logging_steps=config.logging_steps,
-        save_steps=config.save_steps,
-        save_total_limit=config.save_total_limit,
         log_completions=config.log_completions,
         remove_unused_columns=False,  # the reward reads the `gold` column
-        report_to=config.report_to,
-        seed=config.seed,
     )
     train = load_split(config.data_dir, "train", ["prompt", "gold"])
     if train is None:
         raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
     # Continuing the SFT adapter keeps one adapter for export; a fresh LoRA is added only without one.
-    fresh_lora = config.use_lora and config.adapter is None
     trainer = GRPOTrainer(
         model=load_model(config.model, config.adapter, bf16=config.bf16),
         reward_funcs=rewards(FORMATS[build_format(config.data_dir)], config.format_reward),
         args=args,
         train_dataset=train,
         processing_class=load_tokenizer(config.model),
-        peft_config=lora_config(config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules)
-        if fresh_lora
-        else None,
+        peft_config=config.peft_config() if config.adapter is None else None,
     )
     resume = last_checkpoint(config.output_dir) if config.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
