@@ -10,7 +10,9 @@ from aggregate_graph.aggregators import (
     MajorityVote,
     RecursiveAggregator,
     SSAAggregator,
+    SSAStyle,
     USCAggregator,
+    WeightedVote,
 )
 from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
 from aggregate_graph.graph import AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
@@ -51,10 +53,12 @@ __all__ = [
     "QuorumError",
     "RecursiveAggregator",
     "SSAAggregator",
+    "SSAStyle",
     "SampleSet",
     "Sampler",
     "USCAggregator",
     "Usage",
+    "WeightedVote",
     "build_aggregate_graph",
     "build_pool",
     "checkpoint_serde",

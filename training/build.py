@@ -16,11 +16,13 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
-from aggregate_graph import Candidate, MajorityVote, SampleSet, equivalent
+from aggregate_graph import Candidate, MajorityVote, SampleSet, SSAStyle, WeightedVote, equivalent
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
-from training.data import load_sample_sets, problem_key, write_json, write_jsonl
+from training.data import PROBLEMS_HELP, Problems, load_sample_sets, problem_key, write_json, write_jsonl
 from training.targets import FORMATS, Format, teacher_targets
+
+AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"  # what the runtime needs to render as trained
 
 
 @dataclass
@@ -34,7 +36,22 @@ class BuildConfig:
     hard_fraction: float | None = field(
         default=0.5, metadata={"help": "share of examples whose subset majority is wrong; unset keeps the drawn mix"}
     )
+    problems: Problems = field(default="all", metadata={"help": PROBLEMS_HELP})
     max_candidate_tokens: int = field(default=1024, metadata={"help": "per-candidate budget, as the aggregator's"})
+    tail_only: bool = field(default=False, metadata={"help": "keep each candidate's tail only (compact SSA)"})
+    chars_per_token: float = field(default=CHARS_PER_TOKEN, metadata={"help": "cuts text to the token budget"})
+    show_answers: bool = field(default=False, metadata={"help": "SSA: a 'Final: <answer>' line per candidate"})
+    show_sources: bool = field(default=False, metadata={"help": "SSA: each candidate's source in its header"})
+    show_tally: bool = field(default=False, metadata={"help": "SSA: a 'Votes:' line (weighted with --weights)"})
+    weights: str | None = field(
+        default=None,
+        metadata={"help": "WeightedVote file for the tally, or `fit`: fit it (supervised) on the train problems"},
+    )
+    short_instruction: bool = field(default=False, metadata={"help": "SSA: ask for the answer alone, in one line"})
+    answer_only_targets: bool = field(default=False, metadata={"help": "SSA targets are just <answer>gold</answer>"})
+    drop_unsolvable: bool = field(
+        default=False, metadata={"help": "drop subsets where no candidate reaches gold (nothing to choose)"}
+    )
     max_prompt_tokens: int | None = field(default=None, metadata={"help": "drop examples with longer prompts"})
     tokenizer: str | None = field(
         default=None, metadata={"help": "model folder whose tokenizer counts tokens (default: 4 characters a token)"}
@@ -115,12 +132,31 @@ def _token_counter(config: BuildConfig):  # type: ignore[no-untyped-def]
     return lambda text: len(tokenizer(text)["input_ids"])
 
 
-def _examples(sets: list[SampleSet], config: BuildConfig, fmt: Format, rng: random.Random) -> list[dict[str, Any]]:
+def style_of(config: BuildConfig) -> SSAStyle:
+    """The render settings the examples are built with; the trained model records them (aggregator.json)."""
+    return SSAStyle(
+        max_candidate_tokens=config.max_candidate_tokens,
+        tail_only=config.tail_only,
+        chars_per_token=config.chars_per_token,
+        show_answers=config.show_answers,
+        show_sources=config.show_sources,
+        show_tally=config.show_tally,
+        short_instruction=config.short_instruction,
+    )
+
+
+def _examples(
+    sets: list[SampleSet], config: BuildConfig, fmt: Format, weights: WeightedVote | None, rng: random.Random
+) -> list[dict[str, Any]]:
     count_tokens = _token_counter(config) if config.max_prompt_tokens is not None else None
-    examples, too_long = [], 0
+    style = style_of(config)
+    examples, too_long, unsolvable = [], 0, 0
     for sample_set in tqdm(sets, desc="building examples"):
         for subset in draw_subsets(sample_set, config, rng):
-            prompt = fmt.render(sample_set.question, [c.text for c in subset], config.max_candidate_tokens)
+            if config.drop_unsolvable and not any(equivalent(c.answer, sample_set.gold) for c in subset):
+                unsolvable += 1
+                continue
+            prompt = fmt.render(sample_set.question, subset, style, weights)
             if count_tokens is not None and count_tokens(prompt) > config.max_prompt_tokens:
                 too_long += 1
                 continue
@@ -131,7 +167,12 @@ def _examples(sets: list[SampleSet], config: BuildConfig, fmt: Format, rng: rand
                     "problem": problem_key(sample_set),
                     "prompt": [{"role": "user", "content": prompt}],
                     "completion": [
-                        {"role": "assistant", "content": fmt.target(sample_set.gold, [c.answer for c in subset])}
+                        {
+                            "role": "assistant",
+                            "content": fmt.target(
+                                sample_set.gold, [c.answer for c in subset], config.answer_only_targets
+                            ),
+                        }
                     ],
                     "gold": sample_set.gold,
                     "k": len(subset),
@@ -141,6 +182,8 @@ def _examples(sets: list[SampleSet], config: BuildConfig, fmt: Format, rng: rand
             )
     if too_long:
         tqdm.write(f"dropped {too_long} examples over {config.max_prompt_tokens} prompt tokens")
+    if unsolvable:
+        tqdm.write(f"dropped {unsolvable} subsets with no candidate reaching the gold answer")
     return examples
 
 
@@ -168,10 +211,12 @@ def build(config: BuildConfig) -> dict[str, Any]:
     if not 1 <= config.k_min <= config.k_max:
         raise ValueError(f"need 1 <= k_min <= k_max, got {config.k_min}, {config.k_max}")
     fmt, rng = FORMATS[config.format], random.Random(config.seed)
-    sets = [s for s in load_sample_sets(config.sample_sets, config.limit) if s.gold is not None]
+    sets = [s for s in load_sample_sets(config.sample_sets, config.limit, config.problems) if s.gold is not None]
     # Problems are split before any example exists, so the split does not depend on sampling or mixing.
     held_out = split_problems([problem_key(s) for s in sets], config.validation_fraction, rng)
-    examples = mix(_examples(sets, config, fmt, rng), config.hard_fraction, rng)
+    out = Path(config.output_dir)
+    weights = _weights(config, [s for s in sets if problem_key(s) not in held_out], out)
+    examples = mix(_examples(sets, config, fmt, weights, rng), config.hard_fraction, rng)
     rejected = 0
     if config.targets == "teacher":
         traces = teacher_targets(
@@ -186,7 +231,6 @@ def build(config: BuildConfig) -> dict[str, Any]:
             example["completion"] = [{"role": "assistant", "content": trace}]
         rejected = sum(t is None for t in traces)
         examples = [e for e, t in zip(examples, traces, strict=True) if t is not None]
-    out = Path(config.output_dir)
     for e in examples:
         del e["order"]
     splits = {
@@ -204,4 +248,16 @@ def build(config: BuildConfig) -> dict[str, Any]:
     # The held-out sample sets themselves, so `evaluate` can score the trained aggregator on unseen problems.
     write_jsonl(out / "validation_sets.jsonl", (s.model_dump(mode="json") for s in sets if problem_key(s) in held_out))
     write_json(out / "build.json", summary)
+    record = {"format": config.format, "k": config.k_max, "style": style_of(config).to_dict()}
+    write_json(out / AGGREGATOR_FILE, record | {"weights": WEIGHTS_FILE if weights is not None else None})
     return summary
+
+
+def _weights(config: BuildConfig, train_sets: list[SampleSet], out: Path) -> WeightedVote | None:
+    """The WeightedVote behind the tally: read from a file, or fit on the train problems only (never on the
+    validation problems the model is chosen on), and saved beside the examples as weights.json."""
+    if config.weights is None:
+        return None
+    weights = WeightedVote.fit(train_sets) if config.weights == "fit" else WeightedVote.load(config.weights)
+    weights.save(out / WEIGHTS_FILE)
+    return weights

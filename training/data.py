@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aggregate_graph import SampleSet, load_faithful_cot, load_gpt3_solutions, load_qwen_math, read_sample_sets
+from aggregate_graph.pools import is_reserved, reserved_questions
+
+Problems = Literal["all", "unreserved", "reserved"]
+PROBLEMS_HELP = (
+    "which problems: all, unreserved (never the reserved GSM8K test ids with id % 5 == 0: build, train and choose "
+    "on these), or reserved (the final evaluation, once)"
+)
 
 # The real pools in ../shared/data, by the names the CLI accepts wherever a sample-set file is expected.
 POOLS: dict[str, Callable[[], list[SampleSet]]] = {
@@ -17,9 +24,10 @@ POOLS: dict[str, Callable[[], list[SampleSet]]] = {
 }
 
 
-def load_sample_sets(source: str | Path, limit: int | None = None) -> list[SampleSet]:
+def load_sample_sets(source: str | Path, limit: int | None = None, problems: Problems = "all") -> list[SampleSet]:
     """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`) or a sample-set
-    JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`)."""
+    JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`); `problems` keeps
+    the reserved evaluation problems out (`unreserved`) or keeps only them (`reserved`)."""
     name, _, configs = str(source).partition(":")
     if name == "faithful_cot" and configs:
         sets = load_faithful_cot(configs.split(","))
@@ -30,6 +38,11 @@ def load_sample_sets(source: str | Path, limit: int | None = None) -> list[Sampl
         if not path.is_file():
             raise FileNotFoundError(f"{source}: neither a sample-set JSONL file nor a pool name ({sorted(POOLS)})")
         sets = list(read_sample_sets(path))
+    if problems != "all":
+        if problems not in ("unreserved", "reserved"):
+            raise ValueError(f"problems must be all, unreserved or reserved, got {problems!r}")
+        reserved = reserved_questions()
+        sets = [s for s in sets if is_reserved(s, reserved) == (problems == "reserved")]
     return sets[:limit] if limit is not None else sets
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from aggregate_graph import equivalent
+from aggregate_graph import Candidate, WeightedVote, equivalent
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
-from aggregate_graph.aggregators.ssa import parse_ssa_output, render_ssa_prompt
+from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
 
 
 @dataclass(frozen=True)
@@ -23,18 +23,21 @@ class Format:
     format (the GRPO format reward)."""
 
     name: str
-    render: Callable[[str, Sequence[str], int], str]
+    render: Callable[[str, Sequence[Candidate], SSAStyle, WeightedVote | None], str]
     answer: Callable[[str], str | None]
     well_formed: Callable[[str], bool]
-    target: Callable[[str, Sequence[str | None]], str]
+    target: Callable[[str, Sequence[str | None], bool], str]
 
 
 def _agreeing(gold: str, answers: Sequence[str | None]) -> list[int]:
     return [i for i, a in enumerate(answers, 1) if equivalent(a, gold)]
 
 
-def ssa_target(gold: str, answers: Sequence[str | None]) -> str:
-    """A short SSA completion that names which proposed answers reach the gold answer."""
+def ssa_target(gold: str, answers: Sequence[str | None], answer_only: bool = False) -> str:
+    """A short SSA completion that names which proposed answers reach the gold answer (`answer_only`: just
+    `<answer>gold</answer>`, a few tokens, for small models trained on CPU)."""
+    if answer_only:
+        return f"<answer>{gold}</answer>"
     agree = _agreeing(gold, answers)
     if agree:
         names = ", ".join(str(i) for i in agree)
@@ -46,7 +49,7 @@ def ssa_target(gold: str, answers: Sequence[str | None]) -> str:
     return f"<think>{reason}</think> <answer>{gold}</answer>"
 
 
-def gsr_target(gold: str, answers: Sequence[str | None]) -> str:
+def gsr_target(gold: str, answers: Sequence[str | None], answer_only: bool = False) -> str:
     """A GSR refinement stand-in ending in the gold answer; real GSR training distils a teacher's full solutions."""
     agree = _agreeing(gold, answers)
     verdict = f"Solutions {', '.join(map(str, agree))} are right" if agree else "All candidate solutions are wrong"
@@ -56,14 +59,18 @@ def gsr_target(gold: str, answers: Sequence[str | None]) -> str:
 FORMATS: dict[str, Format] = {
     "ssa": Format(
         "ssa",
-        render_ssa_prompt,
+        lambda question, candidates, style, weights: render_ssa_prompt(
+            question, candidates, style=style, weights=weights
+        ),
         lambda text: parse_ssa_output(text).answer,
         lambda text: parse_ssa_output(text).status == "parsed",
         ssa_target,
     ),
     "gsr": Format(
         "gsr",
-        render_gsr_prompt,
+        lambda question, candidates, style, weights: render_gsr_prompt(
+            question, [c.text for c in candidates], style.max_candidate_tokens
+        ),
         parse_gsr_output,
         lambda text: parse_gsr_output(text) is not None,
         gsr_target,

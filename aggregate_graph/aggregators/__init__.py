@@ -4,8 +4,9 @@ from aggregate_graph.aggregators.gsr import GSRAggregator, parse_gsr_output, ren
 from aggregate_graph.aggregators.llm import LLMAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.recursive import RecursiveAggregator
-from aggregate_graph.aggregators.ssa import SSAAggregator, parse_ssa_output, render_ssa_prompt
+from aggregate_graph.aggregators.ssa import SSAAggregator, SSAStyle, parse_ssa_output, render_ssa_prompt
 from aggregate_graph.aggregators.usc import USCAggregator, parse_usc_choice, render_usc_prompt
+from aggregate_graph.aggregators.weighted import WeightedVote, source_of
 
 __all__ = [
     "AggregationError",
@@ -16,7 +17,9 @@ __all__ = [
     "MajorityVote",
     "RecursiveAggregator",
     "SSAAggregator",
+    "SSAStyle",
     "USCAggregator",
+    "WeightedVote",
     "parse_gsr_output",
     "parse_ssa_output",
     "parse_usc_choice",
@@ -24,4 +27,5 @@ __all__ = [
     "render_ssa_prompt",
     "render_usc_prompt",
     "score_from_params",
+    "source_of",
 ]

@@ -32,11 +32,14 @@ def neutralise(text: str) -> str:
     return _BLOCK_HEADER.sub(r"\1(quoted) \2\3", text)
 
 
-def fit_budget(text: str, max_tokens: int) -> str:
-    """Cut a long candidate in the middle, keeping its head and its tail (where the final answer is)."""
-    limit = max_tokens * CHARS_PER_TOKEN
+def fit_budget(text: str, max_tokens: int, *, tail_only: bool = False, chars_per_token: float = CHARS_PER_TOKEN) -> str:
+    """Cut a long candidate in the middle, keeping its head and its tail (where the final answer is); with
+    `tail_only`, keep just the tail (compact prompts for small aggregators)."""
+    limit = int(max_tokens * chars_per_token)
     if len(text) <= limit:
         return text
+    if tail_only:
+        return f"[…] {text[len(text) - limit :]}"
     head = limit // 4
     return f"{text[:head]}\n[… {len(text) - limit} characters omitted …]\n{text[len(text) - (limit - head) :]}"
 

@@ -7,12 +7,26 @@ package imports them, so the model is trained on exactly what it is served.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from aggregate_graph.aggregators.llm import Decision, LLMAggregator, ask, render_candidates, supporting
+from aggregate_graph.aggregators.base import AggregationError
+from aggregate_graph.aggregators.llm import (
+    CHARS_PER_TOKEN,
+    Decision,
+    LLMAggregator,
+    ask,
+    fit_budget,
+    neutralise,
+    render_candidates,
+    supporting,
+)
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.weighted import WeightedVote, source_of
 from aggregate_graph.answers import _last_answer_tag, extract_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
@@ -21,12 +35,94 @@ SSA_INSTRUCTION = (
     "out the correct answer yourself. Think inside <think> </think>, then give only the final answer inside "
     "<answer> </answer>."
 )
+SSA_SHORT_INSTRUCTION = "Which final answer is correct? Reply with it inside <answer> </answer>."
 
 
-def render_ssa_prompt(question: str, candidates: Sequence[str], max_candidate_tokens: int = 1024) -> str:
-    """The SSA prompt: the question, "Below are the proposed answers:", and one "Answer i:" block each."""
-    blocks = render_candidates(candidates, "Answer", max_candidate_tokens)
-    return f"Question: {question}\n\nBelow are the proposed answers:\n\n{blocks}\n\n{SSA_INSTRUCTION}"
+@dataclass(frozen=True)
+class SSAStyle:
+    """How the candidates are rendered for an SSA model. A trained model records the style it was trained on
+    (`aggregator.json` beside its weights) so the runtime renders exactly that.
+
+    The default is the paper's: each candidate's text, head and tail kept. The compact style for small CPU
+    models keeps each candidate's tail (the answer lives at the end), states the answer the runtime extracted
+    ("Final: 18"; many candidates are programs whose answer is never written out), names the candidate's
+    source, and adds the vote tally (weighted by the aggregator's `WeightedVote` when it has one).
+    """
+
+    max_candidate_tokens: int = 1024
+    tail_only: bool = False
+    chars_per_token: float = CHARS_PER_TOKEN  # SmolLM2's tokenizer measures ~2.96 on GSM8K solutions
+    show_answers: bool = False
+    show_sources: bool = False
+    show_tally: bool = False
+    short_instruction: bool = False  # a one-line request for the answer alone (no <think>): ~35 tokens fewer
+
+    def __post_init__(self) -> None:
+        if self.max_candidate_tokens < 1 or self.chars_per_token <= 0:
+            raise ValueError(f"SSAStyle needs max_candidate_tokens >= 1 and chars_per_token > 0, got {self}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SSAStyle:
+        known = {f.name for f in fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise ValueError(f"unknown SSA style settings {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _as_candidates(candidates: Sequence[str | Candidate]) -> list[Candidate]:
+    return [
+        c if isinstance(c, Candidate) else Candidate(index=i, text=c, answer=extract_answer(c))
+        for i, c in enumerate(candidates)
+    ]
+
+
+def _tally_line(candidates: list[Candidate], weights: WeightedVote | None) -> str | None:
+    """The vote split: counts, or with learned weights each answer's probability of being the right one
+    (the one-coin model's posterior: a softmax over the weighted scores)."""
+    try:
+        votes = (weights or MajorityVote()).invoke(SampleSet(question="-", candidates=candidates)).votes
+    except AggregationError:
+        return None
+    ranked = sorted(votes.items(), key=lambda item: -item[1])
+    if weights is None:
+        return "Votes: " + "; ".join(f"{answer} = {score:g}" for answer, score in ranked)
+    top = ranked[0][1]
+    mass = [math.exp(score - top) for _, score in ranked]
+    shares = [round(100 * m / sum(mass)) for m in mass]
+    return "Weighted votes: " + "; ".join(f"{answer} = {share}%" for (answer, _), share in zip(ranked, shares))
+
+
+def _block(i: int, candidate: Candidate, style: SSAStyle) -> str:
+    header = f"Answer {i}" + (f" [{source_of(candidate)}]" if style.show_sources else "") + ":"
+    text = neutralise(fit_budget(candidate.text, style.max_candidate_tokens, tail_only=style.tail_only,
+                                 chars_per_token=style.chars_per_token).strip())  # fmt: skip
+    final = f"\nFinal: {neutralise(candidate.answer or 'none')}" if style.show_answers else ""
+    return f"{header}\n{text}{final}"
+
+
+def render_ssa_prompt(
+    question: str,
+    candidates: Sequence[str | Candidate],
+    max_candidate_tokens: int = 1024,
+    *,
+    style: SSAStyle | None = None,
+    weights: WeightedVote | None = None,
+) -> str:
+    """The SSA prompt: the question, "Below are the proposed answers:", and one "Answer i:" block each, rendered
+    in `style` (default: the paper's, each text cut to `max_candidate_tokens`)."""
+    if style is None:
+        texts = [c.text if isinstance(c, Candidate) else c for c in candidates]
+        blocks = render_candidates(texts, "Answer", max_candidate_tokens)
+        return f"Question: {question}\n\nBelow are the proposed answers:\n\n{blocks}\n\n{SSA_INSTRUCTION}"
+    shown = _as_candidates(candidates)
+    blocks = "\n\n".join(_block(i, c, style) for i, c in enumerate(shown, 1))
+    tally = _tally_line(shown, weights) if style.show_tally else None
+    tally_block = f"\n\n{tally}" if tally else ""
+    instruction = SSA_SHORT_INSTRUCTION if style.short_instruction else SSA_INSTRUCTION
+    return f"Question: {question}\n\nBelow are the proposed answers:\n\n{blocks}{tally_block}\n\n{instruction}"
 
 
 @dataclass(frozen=True)
@@ -61,11 +157,20 @@ class SSAAggregator(LLMAggregator):
 
     name = "ssa"
 
-    def __init__(self, model, k: int = 5, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(  # type: ignore[no-untyped-def]
+        self, model, k: int = 5, *, style: SSAStyle | None = None, weights: WeightedVote | None = None, **kwargs
+    ) -> None:
+        if style is not None:
+            kwargs["max_candidate_tokens"] = style.max_candidate_tokens
         super().__init__(model, k=k, **kwargs)
+        self.style, self.weights = style, weights
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
-        return ask(render_ssa_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
+        return ask(
+            render_ssa_prompt(
+                sample_set.question, shown, self.max_candidate_tokens, style=self.style, weights=self.weights
+            )
+        )
 
     def decide(self, output: str, shown: list[Candidate]) -> Decision:
         parsed = parse_ssa_output(output)

@@ -1,0 +1,207 @@
+"""WeightedVote: a vote in which each source counts by its learned reliability.
+
+A *source* is what produced a candidate: its model plus its prompt and sampling params (`source_of`). Reliability
+is fit from logged sample sets: supervised where they carry `gold`, and otherwise without labels by one-coin
+Dawid–Skene EM (each source is right with probability p, wrong answers spread over `spread` alternatives; the
+true answer of each set is the latent variable). Both give the same vote weight, the log-odds
+`log(spread · p / (1 − p))`, which is the optimal weight for independent voters under that model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.answers import equivalent, group_equivalent
+from aggregate_graph.sample_set import Candidate, SampleSet
+
+FORMAT_VERSION = 1
+PRIOR = (1.0, 1.0)  # Beta prior on each source's accuracy: a source seen a few times stays near the pooled rate
+
+
+def source_of(candidate: Candidate) -> str:
+    """The candidate's source: `model` plus its params, e.g. `gpt4[prompt=COT]` (a system prompt is hashed)."""
+    parts = []
+    for key, value in sorted(candidate.params.items()):
+        if key == "system_prompt" and isinstance(value, str):
+            value = hashlib.sha256(value.encode()).hexdigest()[:8]
+        parts.append(f"{key}={value}")
+    return f"{candidate.model}[{','.join(parts)}]" if parts else candidate.model
+
+
+@dataclass
+class _Ballot:
+    """One sample set as fitting sees it: the sources behind each answer class, and which class is gold."""
+
+    classes: list[list[str]]
+    labelled: bool  # the set has a gold answer
+    gold_class: int | None  # None: no gold, or no class is right
+
+
+def _ballots(sample_sets: Iterable[SampleSet]) -> tuple[list[_Ballot], bool]:
+    ballots, labelled = [], False
+    for sample_set in sample_sets:
+        voters = [c for c in sample_set.candidates if c.ok and c.answer is not None]
+        if not voters:
+            continue
+        classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
+        gold_class = None
+        if sample_set.gold is not None:
+            labelled = True
+            gold_class = next((i for i, cls in enumerate(classes) if equivalent(cls[0].answer, sample_set.gold)), None)
+        sources = [[source_of(c) for c in cls] for cls in classes]
+        ballots.append(_Ballot(sources, sample_set.gold is not None, gold_class))
+    return ballots, labelled
+
+
+def _accuracies(ballots: list[_Ballot], credit: list[list[float]]) -> dict[str, tuple[float, int]]:
+    """Each source's posterior-mean accuracy and vote count, given each class's probability of being right."""
+    right: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for ballot, probs in zip(ballots, credit, strict=True):
+        for sources, p in zip(ballot.classes, probs, strict=True):
+            for s in sources:
+                right[s] = right.get(s, 0.0) + p
+                seen[s] = seen.get(s, 0) + 1
+    a, b = PRIOR
+    return {s: ((right[s] + a) / (seen[s] + a + b), seen[s]) for s in seen}
+
+
+class WeightedVote(MajorityVote):
+    """Majority vote with per-source weights learned from sample sets (`fit`), saved as a small JSON file.
+
+    Sources never seen in fitting get `default_weight`, the weight of the pooled accuracy over all sources, so
+    a set of unseen sources is decided as plain majority vote would decide it.
+    """
+
+    name = "weighted"
+
+    def __init__(
+        self,
+        weights: Mapping[str, float] | None = None,
+        *,
+        default_weight: float = 1.0,
+        reliability: Mapping[str, float] | None = None,
+        spread: float = 2.0,
+        method: Literal["supervised", "unsupervised", "given"] = "given",
+    ) -> None:
+        self.source_weights = dict(weights or {})
+        self.default_weight = float(default_weight)
+        self.reliability = dict(reliability or {})
+        self.spread = float(spread)
+        self.method = method
+        super().__init__(weights=self.weight_of)
+
+    def weight_of(self, candidate: Candidate) -> float:
+        return self.source_weights.get(source_of(candidate), self.default_weight)
+
+    @classmethod
+    def fit(
+        cls,
+        sample_sets: Iterable[SampleSet],
+        *,
+        supervised: bool | None = None,
+        spread: float = 2.0,
+        iterations: int = 50,
+    ) -> WeightedVote:
+        """Reliability per source from `sample_sets`: from `gold` where the sets carry it (`supervised=None`
+        decides by whether any does), else by Dawid–Skene EM on the agreement between sources."""
+        if spread <= 0:
+            raise ValueError(f"spread must be positive, got {spread}")
+        ballots, labelled = _ballots(sample_sets)
+        if not ballots:
+            raise ValueError("no sample set has a candidate with an answer: nothing to fit")
+        supervised = labelled if supervised is None else supervised
+        if supervised:
+            if not labelled:
+                raise ValueError("supervised fitting needs sample sets with `gold`")
+            labelled_ballots = [b for b in ballots if b.labelled]
+            credit = [[1.0 if i == b.gold_class else 0.0 for i in range(len(b.classes))] for b in labelled_ballots]
+            accuracy = _accuracies(labelled_ballots, credit)
+        else:
+            accuracy = _dawid_skene(ballots, spread, iterations)
+        weights = {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()}
+        votes = sum(n for _, n in accuracy.values())
+        pooled = sum(p * n for p, n in accuracy.values()) / votes
+        return cls(
+            weights,
+            default_weight=_log_odds(pooled, spread),
+            reliability={s: p for s, (p, _) in accuracy.items()},
+            spread=spread,
+            method="supervised" if supervised else "unsupervised",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "aggregate_graph.WeightedVote",
+            "version": FORMAT_VERSION,
+            "method": self.method,
+            "spread": self.spread,
+            "default_weight": self.default_weight,
+            "sources": {
+                s: {"weight": w, "reliability": self.reliability.get(s)} for s, w in sorted(self.source_weights.items())
+            },
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> WeightedVote:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{path}: no WeightedVote weights file there (make one with WeightedVote.fit "
+                                    "and .save)") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not a WeightedVote weights file (invalid JSON: {exc})") from None
+        if not isinstance(data, dict) or data.get("format") != "aggregate_graph.WeightedVote":
+            raise ValueError(f"{path}: not a WeightedVote weights file (no `format: aggregate_graph.WeightedVote`)")
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"{path}: weights file version {data.get('version')}, this package reads {FORMAT_VERSION}")
+        sources = data.get("sources", {})
+        return cls(
+            {s: float(v["weight"]) for s, v in sources.items()},
+            default_weight=float(data["default_weight"]),
+            reliability={s: v["reliability"] for s, v in sources.items() if v.get("reliability") is not None},
+            spread=float(data.get("spread", 2.0)),
+            method=data.get("method", "given"),
+        )
+
+
+def _log_odds(p: float, spread: float) -> float:
+    p = min(max(p, 1e-4), 1 - 1e-4)
+    return math.log(spread * p / (1 - p))
+
+
+def _softmax(scores: list[float]) -> list[float]:
+    top = max(scores)
+    exps = [math.exp(s - top) for s in scores]
+    total = sum(exps)
+    return [e / total for e in exps]
+
+
+def _dawid_skene(ballots: list[_Ballot], spread: float, iterations: int) -> dict[str, tuple[float, int]]:
+    """One-coin Dawid–Skene EM: start from each class's vote share, then alternate source accuracies (M-step)
+    and each set's posterior over its answer classes under the weighted vote (E-step) until they settle."""
+    credit = [[len(c) / sum(map(len, b.classes)) for c in b.classes] for b in ballots]
+    accuracy = _accuracies(ballots, credit)
+    for _ in range(iterations):
+        weights = {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()}
+        credit = [_softmax([sum(weights[s] for s in sources) for sources in b.classes]) for b in ballots]
+        updated = _accuracies(ballots, credit)
+        settled = max(abs(updated[s][0] - accuracy[s][0]) for s in updated) < 1e-6
+        accuracy = updated
+        if settled:
+            break
+    return accuracy
