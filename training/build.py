@@ -19,10 +19,9 @@ from tqdm.auto import tqdm
 from aggregate_graph import Candidate, MajorityVote, SampleSet, SSAStyle, WeightedVote, equivalent
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
+from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from training.data import PROBLEMS_HELP, Problems, load_sample_sets, problem_key, write_json, write_jsonl
 from training.targets import FORMATS, Format, teacher_targets
-
-AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"  # what the runtime needs to render as trained
 
 
 @dataclass

@@ -45,8 +45,8 @@ def _answer_tokens_trainer() -> type:
     gradients for a fraction of the work.
     """
     import torch
-    from trl import SFTTrainer
     from accelerate.utils import is_peft_model
+    from trl import SFTTrainer
 
     class AnswerTokensSFTTrainer(SFTTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # type: ignore[no-untyped-def]

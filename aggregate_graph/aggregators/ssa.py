@@ -92,7 +92,8 @@ def _tally_line(candidates: list[Candidate], weights: WeightedVote | None) -> st
     top = ranked[0][1]
     mass = [math.exp(score - top) for _, score in ranked]
     shares = [round(100 * m / sum(mass)) for m in mass]
-    return "Weighted votes: " + "; ".join(f"{answer} = {share}%" for (answer, _), share in zip(ranked, shares))
+    parts = [f"{answer} = {share}%" for (answer, _), share in zip(ranked, shares, strict=True)]
+    return "Weighted votes: " + "; ".join(parts)
 
 
 def _block(i: int, candidate: Candidate, style: SSAStyle) -> str:

@@ -161,8 +161,9 @@ class WeightedVote(MajorityVote):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise FileNotFoundError(f"{path}: no WeightedVote weights file there (make one with WeightedVote.fit "
-                                    "and .save)") from None
+            raise FileNotFoundError(
+                f"{path}: no WeightedVote weights file there (make one with WeightedVote.fit and .save)"
+            ) from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: not a WeightedVote weights file (invalid JSON: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != "aggregate_graph.WeightedVote":

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -78,6 +78,9 @@ class LocalChatModel(BaseChatModel):
     of calls is reproducible. A per-call `seed` option makes one call reproducible by itself."""
     torch_threads: PositiveInt | None = None
     """Passed to `torch.set_num_threads` on load; note that it is process-wide."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
+    """Weights' precision. `auto` takes bfloat16 where the CPU computes it natively (avx512_bf16 or AMX: about
+    twice the prefill speed of float32 here) and float32 elsewhere."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _tokenizer: PreTrainedTokenizerBase | None = PrivateAttr(default=None)
@@ -321,6 +324,8 @@ class LocalChatModel(BaseChatModel):
                 # Merging once makes every later forward pass cost what the base model's does,
                 # instead of adding the low-rank products at each layer and token.
                 model = PeftModel.from_pretrained(model, self.adapter_path).merge_and_unload()
+            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu_has_bf16()):
+                model = model.to(torch.bfloat16)  # after merging, so the adapter is added in full precision
             self._tokenizer, self._model = tokenizer, model
         return self._tokenizer, self._model
 
@@ -359,6 +364,15 @@ class LocalChatModel(BaseChatModel):
                 "model_name": self.model_name,
             },
         )
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (x86 avx512_bf16 or AMX); elsewhere bf16 is emulated, slowly."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(flag in flags for flag in (" avx512_bf16", " amx_bf16"))
 
 
 def _role(message: BaseMessage) -> str:

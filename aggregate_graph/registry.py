@@ -1,0 +1,133 @@
+"""Aggregators by name: the one registry the CLI, `wrap_openai`, the proxy and `aggregate-train evaluate` use.
+
+`load_aggregator("ssa")` is the SSA model shipped inside this package (a LoRA adapter on the embedded
+SmolLM2-135M-Instruct, trained on real LLM samples), run in-process on the CPU, offline. Any trained aggregator
+folder (`aggregate-train export` writes one) loads with `load_trained_aggregator`: its `aggregator.json` records
+the format and the render settings it was trained with, so the runtime shows it exactly what it learned on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import Runnable
+
+from aggregate_graph.aggregators import (
+    Aggregator,
+    GSRAggregator,
+    MajorityVote,
+    SSAAggregator,
+    SSAStyle,
+    USCAggregator,
+    WeightedVote,
+)
+
+AGGREGATOR_NAMES = ("majority", "weighted", "ssa", "gsr", "usc")
+MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
+AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
+SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
+"""The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
+MAX_AGGREGATOR_TOKENS = 32  # the shipped SSA answers `<answer>…</answer>`: a handful of tokens
+
+
+def _served_model(base_url: str, model: str, api_key: str | None, max_tokens: int) -> BaseChatModel:
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as exc:
+        raise ImportError(
+            "an aggregator at base_url needs langchain-openai: pip install 'aggregate-graph[openai]'"
+        ) from exc
+    return ChatOpenAI(
+        base_url=base_url, api_key=api_key or "EMPTY", model=model, temperature=0, max_tokens=max_tokens, max_retries=2
+    )
+
+
+def read_trained_record(folder: str | Path) -> dict[str, Any]:
+    """A trained aggregator folder's `aggregator.json` (format, k, style, weights file)."""
+    path = Path(folder) / AGGREGATOR_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{folder}: no {AGGREGATOR_FILE} (a folder written by `aggregate-train build/sft/export`)"
+        )
+    record = json.loads(path.read_text(encoding="utf-8"))
+    if record.get("format") not in MODEL_AGGREGATORS:
+        raise ValueError(f"{path}: unknown aggregator format {record.get('format')!r}")
+    return record
+
+
+def load_trained_aggregator(
+    folder: str | Path,
+    *,
+    model: BaseChatModel | Runnable | None = None,
+    base_model: str | None = None,
+    dtype: str = "auto",
+    max_tokens: int = MAX_AGGREGATOR_TOKENS,
+    **options: Any,
+) -> Aggregator:
+    """The aggregator a trained folder describes, rendering as it was trained. The model is `model` when given
+    (e.g. the same weights served by vLLM), else the folder's adapter on `base_model` (default: the embedded
+    SmolLM2), or the folder's own full weights, run in-process by `LocalChatModel`."""
+    folder = Path(folder)
+    record = read_trained_record(folder)
+    if model is None:
+        from aggregate_graph.local import LocalChatModel
+
+        is_adapter = (folder / "adapter_config.json").is_file()
+        model = LocalChatModel(
+            model_path=base_model if is_adapter else str(folder),
+            adapter_path=str(folder) if is_adapter else None,
+            temperature=0,
+            max_new_tokens=max_tokens,
+            dtype=dtype,  # type: ignore[arg-type]
+        )
+    if record["format"] != "ssa":
+        return MODEL_AGGREGATORS[record["format"]](model, **options)
+    weights = WeightedVote.load(folder / record["weights"]) if record.get("weights") else None
+    options.setdefault("k", record.get("k", 5))
+    return SSAAggregator(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
+
+
+def load_aggregator(
+    name: str,
+    *,
+    model: BaseChatModel | Runnable | None = None,
+    base_url: str | None = None,
+    served_model_name: str = "aggregator",
+    api_key: str | None = None,
+    weights: str | Path | WeightedVote | None = None,
+    max_tokens: int | None = None,
+    **options: Any,
+) -> Aggregator:
+    """A ready aggregator by name.
+
+    - `majority`: plurality vote.
+    - `weighted`: `WeightedVote` from `weights` (a file written by `WeightedVote.save` / `aggregate-train weights`).
+    - `ssa`: with neither `model` nor `base_url`, the shipped trained SSA on the embedded SmolLM2 (CPU,
+      offline); with `base_url`, the same shipped adapter served there (e.g. vLLM `--lora-modules`), rendered
+      with its settings; with `model`, SSA's prompt over that chat model.
+    - `gsr`, `usc`: the prompted aggregators over `model`, or the model served at `base_url`.
+
+    Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …).
+    """
+    if name not in AGGREGATOR_NAMES:
+        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATOR_NAMES)}")
+    if name == "majority":
+        return MajorityVote(**options)
+    if name == "weighted":
+        if weights is None:
+            raise ValueError("aggregator 'weighted' needs weights=: a file from WeightedVote.save or "
+                             "`aggregate-train weights`")  # fmt: skip
+        return weights if isinstance(weights, WeightedVote) else WeightedVote.load(weights)
+    if model is None and base_url is not None:
+        model = _served_model(base_url, served_model_name, api_key, max_tokens or (MAX_AGGREGATOR_TOKENS if name ==
+                              "ssa" else 1024))  # fmt: skip
+        if name == "ssa":
+            return load_trained_aggregator(SHIPPED_SSA, model=model, **options)
+    if name == "ssa" and model is None:
+        return load_trained_aggregator(SHIPPED_SSA, max_tokens=max_tokens or MAX_AGGREGATOR_TOKENS, **options)
+    if model is None:
+        raise ValueError(f"aggregator {name!r} needs a model: model= (a chat model) or base_url= (a served one)")
+    return MODEL_AGGREGATORS[name](model, **options)
