@@ -29,9 +29,11 @@ def steps() -> dict[str, Step]:
     from training.export import ExportConfig, export
     from training.grpo import GRPOStepConfig, grpo
     from training.sft import SFTStepConfig, sft
+    from training.weights import WeightsConfig, fit_weights
 
     return {
         "collect": Step(CollectConfig, collect, "sample sets from a policy, or imported pools / runtime logs"),
+        "weights": Step(WeightsConfig, fit_weights, "WeightedVote: per-source reliability from sample sets"),
         "build": Step(BuildConfig, build, "SSA / GSR training examples, split by problem"),
         "sft": Step(SFTStepConfig, sft, "supervised fine-tuning (TRL SFTTrainer, LoRA or full)"),
         "grpo": Step(GRPOStepConfig, grpo, "RL with the runtime's grader as reward (TRL GRPOTrainer)"),

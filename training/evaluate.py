@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from aggregate_graph import GSRAggregator, MajorityVote, SampleSet, SSAAggregator, USCAggregator, equivalent
+from aggregate_graph import MajorityVote, SampleSet, equivalent
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.pools import pool_metrics
-from training.data import load_sample_sets, write_json
+from aggregate_graph.registry import AGGREGATOR_FILE, AGGREGATOR_NAMES, load_aggregator, load_trained_aggregator
+from training.data import PROBLEMS_HELP, Problems, load_sample_sets, write_json
 
-MODEL_AGGREGATORS = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
 METRICS = ("single", "maj", "pass", "aggregator", "gap")
 
 
@@ -28,13 +28,23 @@ METRICS = ("single", "maj", "pass", "aggregator", "gap")
 class EvaluateConfig:
     sample_sets: str = field(metadata={"help": "sample-set JSONL or a pool name (faithful_cot, qwen_math, …)"})
     output_dir: str = field(metadata={"help": "writes metrics.json, metrics.md and accuracy_vs_k.png"})
-    aggregator: str = field(default="majority", metadata={"help": "majority, ssa, gsr or usc"})
-    model_dir: str | None = field(default=None, metadata={"help": "model-backed aggregator: a local model folder"})
-    adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter on model_dir"})
+    aggregator: str = field(default="majority", metadata={"help": ", ".join(AGGREGATOR_NAMES)})
+    problems: Problems = field(default="all", metadata={"help": PROBLEMS_HELP})
+    model_dir: str | None = field(
+        default=None,
+        metadata={"help": "model-backed aggregator: a local model folder (a trained one renders as it was trained)"},
+    )
+    adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter on model_dir (or on SmolLM2)"})
+    weights: str | None = field(default=None, metadata={"help": "weighted: the WeightedVote file"})
+    dtype: str = field(default="auto", metadata={"help": "in-process model: auto (bf16 where native), float32, …"})
     base_url: str | None = field(default=None, metadata={"help": "model-backed aggregator: an OpenAI-compatible URL"})
     served_model_name: str = "aggregator"
     api_key: str | None = None
     k: int | None = field(default=None, metadata={"help": "candidates per problem (default: all)"})
+    draws: int = field(
+        default=1, metadata={"help": "random k-subsets per problem for the main table (1: the first k candidates)"}
+    )
+    curve: bool = field(default=True, metadata={"help": "also the accuracy-against-k curve"})
     curve_ks: list[int] | None = field(default=None, metadata={"help": "k values of the curve (default: 1, 2, 4, …)"})
     curve_draws: int = field(default=3, metadata={"help": "random k-subsets per problem and k"})
     bootstrap: int = field(default=1000, metadata={"help": "bootstrap resamples of the problems"})
@@ -45,31 +55,33 @@ class EvaluateConfig:
 
 
 def aggregator_for(config: EvaluateConfig) -> Any:
-    """The runtime's aggregator named by `config`, backed by a served or an in-process model when it needs one."""
-    if config.aggregator == "majority":
-        return MajorityVote()
-    if config.aggregator not in MODEL_AGGREGATORS:
-        raise ValueError(f"unknown aggregator {config.aggregator!r}: majority, {', '.join(MODEL_AGGREGATORS)}")
-    if config.base_url is not None:
-        from langchain_openai import ChatOpenAI
-
-        model: Any = ChatOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key or "EMPTY",
-            model=config.served_model_name,
-            temperature=0,
-            max_tokens=config.max_tokens,
-            max_retries=2,
-        )
-    elif config.model_dir is not None:
+    """The runtime's aggregator named by `config` (the registry's), backed by a served or an in-process model
+    when it needs one. A trained folder (with aggregator.json) renders its prompts as it was trained."""
+    trained = next(
+        (f for f in (config.adapter, config.model_dir) if f is not None and (Path(f) / AGGREGATOR_FILE).is_file()),
+        None,
+    )
+    options: dict[str, Any] = {"k": config.k} if config.aggregator in ("ssa", "gsr", "usc") else {}
+    if config.base_url is None and trained is not None:
+        base = config.model_dir if config.adapter is not None else None
+        return load_trained_aggregator(trained, base_model=base, dtype=config.dtype, max_tokens=config.max_tokens,
+                                       **options)  # fmt: skip
+    model: Any = None
+    if config.base_url is None and config.model_dir is not None:
         from aggregate_graph.local import LocalChatModel
 
-        model = LocalChatModel(
-            model_path=config.model_dir, adapter_path=config.adapter, temperature=0, max_new_tokens=config.max_tokens
-        )
-    else:
-        raise ValueError(f"aggregator {config.aggregator!r} needs --model_dir or --base_url")
-    return MODEL_AGGREGATORS[config.aggregator](model, k=config.k)
+        model = LocalChatModel(model_path=config.model_dir, adapter_path=config.adapter, temperature=0,
+                               max_new_tokens=config.max_tokens, dtype=config.dtype)  # fmt: skip
+    return load_aggregator(
+        config.aggregator,
+        model=model,
+        base_url=config.base_url,
+        served_model_name=config.served_model_name,
+        api_key=config.api_key,
+        weights=config.weights,
+        max_tokens=config.max_tokens,
+        **options,
+    )
 
 
 def subset(sample_set: SampleSet, k: int, rng: random.Random | None) -> SampleSet:
@@ -80,10 +92,13 @@ def subset(sample_set: SampleSet, k: int, rng: random.Random | None) -> SampleSe
     return sample_set.model_copy(update={"candidates": chosen[:k], "aggregation": None})
 
 
-def verdicts(sets: list[SampleSet], aggregator: Any, concurrency: int, desc: str) -> dict[str, np.ndarray]:
-    """Per problem, in percent: single (mean over candidates), maj, pass, the aggregator, and its gap over maj."""
+def verdicts(
+    sets: list[SampleSet], aggregator: Any, concurrency: int, desc: str, record: list[Any] | None = None
+) -> dict[str, np.ndarray]:
+    """Per problem, in percent: single (mean over candidates), maj, pass, the aggregator, and its gap over maj.
+    `record` collects each aggregation (or the AggregationError) for the model-backed statistics."""
     rows = [pool_metrics([s]) for s in tqdm(sets, desc=f"{desc}: voting", leave=False)]
-    if isinstance(aggregator, MajorityVote):
+    if type(aggregator) is MajorityVote:  # pool_metrics already voted (subclasses such as WeightedVote vote anew)
         chosen = [r["maj"] for r in rows]
     else:
         results = aggregator.batch(sets, config={"max_concurrency": concurrency}, return_exceptions=True)
@@ -92,10 +107,38 @@ def verdicts(sets: list[SampleSet], aggregator: Any, concurrency: int, desc: str
             if isinstance(result, Exception) and not isinstance(result, AggregationError):
                 raise result
             chosen.append(0.0 if isinstance(result, Exception) else 100.0 * equivalent(result.answer, s.gold))
+            if record is not None:
+                record.append(result)
     out = {name: np.array([r[name] for r in rows], dtype=float) for name in ("single", "maj", "pass")}
     out["aggregator"] = np.array(chosen, dtype=float)
     out["gap"] = out["aggregator"] - out["maj"]
     return out
+
+
+def model_statistics(results: list[Any]) -> dict[str, float] | None:
+    """For a model-backed aggregator: how often its output parsed, how many tokens it generated, how long a set
+    took (median), and how often it answered other than majority vote would have."""
+    aggregations = [r for r in results if not isinstance(r, Exception)]
+    shown = [a for a in aggregations if "parse_status" in a.details]
+    if not shown:
+        return None
+    tokens = [a.usage.completion_tokens for a in shown if a.usage is not None]
+    return {
+        "sets": len(results),
+        "parse_rate": 100.0 * sum(a.details["parse_status"] == "parsed" for a in shown) / len(shown),
+        "mean_generated_tokens": float(np.mean(tokens)) if tokens else float("nan"),
+        "median_latency_s": float(np.median([a.latency_s for a in shown if a.latency_s is not None])),
+    }
+
+
+def _draw_mean(
+    sets: list[SampleSet], k: int, draws: int, rng: random.Random | None, aggregator: Any, config: EvaluateConfig,
+    record: list[Any] | None = None,
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each problem's metrics averaged over `draws` k-subsets, so intervals still resample problems."""
+    subsets = [[subset(s, k, rng) for s in sets] for _ in range(draws)]
+    per_draw = [verdicts(d, aggregator, config.concurrency, f"k={k}", record) for d in subsets]
+    return {name: np.mean([v[name] for v in per_draw], axis=0) for name in METRICS}
 
 
 def summarise(values: dict[str, np.ndarray], resamples: int, seed: int) -> dict[str, dict[str, float]]:
@@ -126,13 +169,20 @@ def curve_ks(config: EvaluateConfig, k: int) -> list[int]:
 def markdown(result: dict[str, Any]) -> str:
     """The evaluation table (also the model card's)."""
     head = f"Aggregator `{result['aggregator']}` on `{result['sample_sets']}` ({result['problems']} problems, "
-    lines = [head + f"k = {result['k']}; 95% bootstrap intervals)", ""]
+    draws = f", {result['draws']} random draws each" if result.get("draws", 1) > 1 else ""
+    lines = [head + f"k = {result['k']}{draws}; 95% paired bootstrap intervals)", ""]
     lines += ["| metric | accuracy % | 95% CI |", "|---|---|---|"]
     names = {"single": "single sample", "maj": f"maj@{result['k']}", "pass": f"pass@{result['k']}"}
     names |= {"aggregator": "aggregator", "gap": "Refinement Gap (aggregator − maj)"}
     for name in METRICS:
         m = result["metrics"][name]
         lines.append(f"| {names[name]} | {m['mean']:.2f} | [{m['ci_low']:.2f}, {m['ci_high']:.2f}] |")
+    if stats := result.get("model"):
+        lines += ["", f"Model: parsed {stats['parse_rate']:.1f}% of {stats['sets']} sets, "
+                  f"{stats['mean_generated_tokens']:.1f} generated tokens on average, "
+                  f"{stats['median_latency_s']:.2f} s per set (median)."]  # fmt: skip
+    if not result["curve"]:
+        return "\n".join(lines) + "\n"
     lines += ["", "| k | single | maj@k | pass@k | aggregator | gap |", "|---|---|---|---|---|---|"]
     for point in result["curve"]:
         cells = " | ".join(f"{point[name]['mean']:.2f}" for name in METRICS)
@@ -167,30 +217,34 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     """Score, write metrics.json / metrics.md / accuracy_vs_k.png to `output_dir`, and return the result."""
-    sets = [s for s in load_sample_sets(config.sample_sets, config.limit) if s.gold is not None]
+    if config.draws < 1:
+        raise ValueError(f"draws must be at least 1, got {config.draws}")
+    sets = [s for s in load_sample_sets(config.sample_sets, config.limit, config.problems) if s.gold is not None]
     if not sets:
         raise ValueError(f"{config.sample_sets}: no sample sets with a gold answer")
     k = config.k or max(len(s.candidates) for s in sets)
     aggregator = aggregator_for(config)
-    full = [subset(s, k, None) for s in sets]
+    rng = random.Random(config.seed)
+    results: list[Any] = []
+    # One draw is the first k candidates (deterministic); several are random k-subsets, each kept in request order.
+    main = _draw_mean(sets, k, config.draws, rng if config.draws > 1 else None, aggregator, config, results)
     result: dict[str, Any] = {
         "aggregator": config.aggregator,
         "sample_sets": config.sample_sets,
         "problems": len(sets),
         "k": k,
-        "metrics": summarise(verdicts(full, aggregator, config.concurrency, f"k={k}"), config.bootstrap, config.seed),
+        "draws": config.draws,
+        "metrics": summarise(main, config.bootstrap, config.seed),
+        "model": model_statistics(results),
         "curve": [],
         "config": asdict(config),
     }
-    rng = random.Random(config.seed)
-    for point_k in tqdm(curve_ks(config, k), desc="accuracy against k"):
-        draws = [[subset(s, point_k, rng) for s in sets] for _ in range(config.curve_draws)]
-        per_draw = [verdicts(d, aggregator, config.concurrency, f"k={point_k}") for d in draws]
-        # Each problem's mean over its draws, so intervals still resample problems.
-        values = {name: np.mean([v[name] for v in per_draw], axis=0) for name in METRICS}
+    for point_k in tqdm(curve_ks(config, k) if config.curve else [], desc="accuracy against k"):
+        values = _draw_mean(sets, point_k, config.curve_draws, rng, aggregator, config)
         result["curve"].append({"k": point_k, **summarise(values, config.bootstrap, config.seed)})
     out = Path(config.output_dir)
     write_json(out / "metrics.json", result)
     (out / "metrics.md").write_text(markdown(result), encoding="utf-8")
-    plot(result, out / "accuracy_vs_k.png")
+    if result["curve"]:
+        plot(result, out / "accuracy_vs_k.png")
     return result

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+RENDER_FILES = (AGGREGATOR_FILE, WEIGHTS_FILE)  # how the model's prompts are rendered, as trained
 
 
 @dataclass
@@ -88,6 +90,12 @@ def model_card(config: ExportConfig, base: str | None, adapter: bool, record: di
     )
 
 
+def _copy(source: Path, target: Path, names: tuple[str, ...]) -> None:
+    for name in names:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+
+
 def export(config: ExportConfig) -> Path:
     """Write the servable folder and its README.md; returns the folder."""
     checkpoint, out = Path(config.checkpoint), Path(config.output_dir)
@@ -105,10 +113,9 @@ def export(config: ExportConfig) -> Path:
         merged = PeftModel.from_pretrained(model, checkpoint).merge_and_unload()
         merged.save_pretrained(out)
         AutoTokenizer.from_pretrained(checkpoint, local_files_only=True).save_pretrained(out)
+        _copy(checkpoint, out, RENDER_FILES)
     elif is_adapter:
-        for name in ADAPTER_FILES:
-            if (checkpoint / name).is_file():
-                shutil.copy2(checkpoint / name, out / name)
+        _copy(checkpoint, out, (*ADAPTER_FILES, *RENDER_FILES))
     else:  # a full fine-tune is servable as it is
         for item in checkpoint.iterdir():
             if item.is_file():

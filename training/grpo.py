@@ -15,6 +15,7 @@ from aggregate_graph import equivalent
 from training.modeling import (
     TrainStepConfig,
     build_format,
+    keep_render_settings,
     last_checkpoint,
     load_model,
     load_split,
@@ -97,5 +98,6 @@ def grpo(config: GRPOStepConfig) -> dict[str, Any]:
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
     trainer.processing_class.save_pretrained(config.output_dir)
+    keep_render_settings(config.data_dir, config.output_dir)
     save_step_config(config.output_dir, "grpo", config, config.model)
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}

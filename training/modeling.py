@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.serve import resolve_model_dir
 
 if TYPE_CHECKING:
@@ -60,6 +62,15 @@ def load_split(data_dir: str, split: str, columns: list[str]) -> Dataset | None:
 def build_format(data_dir: str) -> str:
     """The aggregator format (ssa / gsr) that `build` wrote, so the reward parses what the prompts ask for."""
     return json.loads((Path(data_dir) / "build.json").read_text(encoding="utf-8"))["config"]["format"]
+
+
+def keep_render_settings(data_dir: str, output_dir: str) -> None:
+    """Carry `build`'s aggregator.json (format and render settings) and weights.json beside the trained model, so
+    whoever loads the model renders prompts exactly as it was trained (`registry.load_trained_aggregator`)."""
+    for name in (AGGREGATOR_FILE, WEIGHTS_FILE):
+        if (Path(data_dir) / name).is_file():
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(data_dir) / name, Path(output_dir) / name)
 
 
 def last_checkpoint(output_dir: str) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from training.modeling import (
     TrainStepConfig,
+    keep_render_settings,
     last_checkpoint,
     load_model,
     load_split,
@@ -106,5 +107,6 @@ def sft(config: SFTStepConfig) -> dict[str, Any]:
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
     tokenizer.save_pretrained(config.output_dir)
+    keep_render_settings(config.data_dir, config.output_dir)
     save_step_config(config.output_dir, "sft", config, config.model)
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}
