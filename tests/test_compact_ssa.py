@@ -35,7 +35,8 @@ def test_compact_blocks_keep_the_tail_state_the_answer_and_tally_the_vote() -> N
     assert "Final: none" in prompt and "<answer>20</answer>" not in prompt.split("Answer 3")[0]  # neutralised
     assert "\nVotes: 18 = 1; 20 = 1\n" in prompt
     weights = WeightedVote({"gpt4[prompt=noNL]": 3.0, "code001": -1.0})
-    assert "\nWeighted votes: 18 = 98%; 20 = 2%\n" in render_ssa_prompt("Q?", candidates, style=COMPACT, weights=weights)
+    weighted = render_ssa_prompt("Q?", candidates, style=COMPACT, weights=weights)
+    assert "\nWeighted votes: 18 = 98%; 20 = 2%\n" in weighted
     # The paper's style is unchanged when no style is given.
     assert "Final:" not in render_ssa_prompt("Q?", [c.text for c in candidates])
 

@@ -26,13 +26,8 @@ def history(problems: int = 30, seed: int = 0, gold: bool = True) -> list[Sample
     sets = []
     for p in range(problems):
         right = str(p)
-        sets.append(
-            answered(
-                right if gold else None,
-                {"good": right, "also_good": right, "third": right,
-                 "noisy_b": str(1000 + rng.randrange(50)), "noisy_c": str(2000 + rng.randrange(50))},
-            )  # fmt: skip
-        )
+        noise = {"noisy_b": str(1000 + rng.randrange(50)), "noisy_c": str(2000 + rng.randrange(50))}
+        sets.append(answered(right if gold else None, {"good": right, "also_good": right, "third": right, **noise}))
     return sets
 
 
