@@ -17,6 +17,7 @@ install: $(BIN)/activate
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 7 times 6? Answer with a number." --n 3 --max-tokens 48
+	HF_HUB_OFFLINE=1 $(BIN)/python -m aggregate_graph.demo
 
 test: install
 	$(BIN)/ruff check .

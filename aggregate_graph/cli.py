@@ -1,5 +1,5 @@
-"""`aggregate-graph ask "QUESTION" --n 5 [--model SPEC]`: run the prebuilt graph and show the work.
-`aggregate-graph serve-aggregator MODEL_DIR --engine vllm|local`: serve an aggregator over the OpenAI API.
+"""`aggregate-graph ask "QUESTION" --n 5 [--model SPEC] [--aggregator NAME]`: run the prebuilt graph and show the work.
+`aggregate-graph serve-aggregator MODEL_DIR|ssa --engine vllm|local`: serve an aggregator over the OpenAI API.
 `aggregate-graph proxy --upstream URL`: an OpenAI-compatible server answering with aggregations."""
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.aggregators import AggregationError, Aggregator
 from aggregate_graph.graph import MAX_N, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
+from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, SHIPPED_SSA, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.sampling import CandidatePolicy
 from aggregate_graph.serve import DEFAULT_SERVED_NAME, SMOLLM2
+
+AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
+SHIPPED_SSA_NAME = "ssa"
 
 
 def _model(args: argparse.Namespace) -> Any:
@@ -35,6 +39,29 @@ def _model(args: argparse.Namespace) -> Any:
 
         return ChatOpenAI(model=spec, base_url=args.base_url, api_key=args.api_key or "EMPTY", **kwargs)
     return load_chat_model(spec, **kwargs)
+
+
+def _aggregator(args: argparse.Namespace) -> Aggregator:
+    """The `--aggregator` named, from the registry; a flag it would ignore is an error rather than a surprise."""
+    name, base_url = args.aggregator, args.aggregator_base_url
+    if args.aggregator_weights is not None and name != "weighted":
+        raise ValueError("--aggregator-weights applies only to --aggregator weighted")
+    if args.aggregator_weights is None and name == "weighted":
+        raise ValueError("--aggregator weighted needs --aggregator-weights FILE (from WeightedVote.save)")
+    if (args.aggregator_model is not None or base_url is not None) and name not in MODEL_AGGREGATORS:
+        raise ValueError(f"--aggregator {name} asks no model: --aggregator-base-url/--aggregator-model do not apply")
+    if args.aggregator_model is not None and base_url is None:
+        raise ValueError("--aggregator-model is a model name at --aggregator-base-url, which is missing")
+    # only ssa has a model of its own (the shipped one); gsr and usc need a server to ask
+    if name in MODEL_AGGREGATORS and name != "ssa" and base_url is None:
+        raise ValueError(f"--aggregator {name} needs --aggregator-base-url: the server of the model it asks")
+    return load_aggregator(
+        name,
+        base_url=base_url,
+        served_model_name=args.aggregator_model or DEFAULT_SERVED_NAME,
+        api_key=os.environ.get(AGGREGATOR_KEY_ENV),  # never a flag: the command line is visible to every user
+        weights=args.aggregator_weights,
+    )
 
 
 def _show(sample_set: SampleSet, out: Any) -> None:
@@ -60,6 +87,7 @@ def ask(args: argparse.Namespace) -> int:
     policy = CandidatePolicy(timeout_s=args.timeout, max_attempts=args.attempts)
     adaptive = AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None
     try:
+        aggregator = _aggregator(args)  # first: a flag that does not fit is reported before any model loads
         graph = build_aggregate_graph(
             _model(args),
             n=args.n,
@@ -68,8 +96,9 @@ def ask(args: argparse.Namespace) -> int:
             policy=policy,
             adaptive=adaptive,
             max_n=args.max_n,
+            aggregator=aggregator,
         )
-    except (ValueError, TypeError, ImportError, RuntimeError) as exc:
+    except (ValueError, TypeError, ImportError, RuntimeError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     state: dict[str, Any] = {}
@@ -104,6 +133,15 @@ def ask(args: argparse.Namespace) -> int:
 
 
 def serve_aggregator(args: argparse.Namespace) -> int:
+    if args.model_dir == SHIPPED_SSA_NAME:
+        if args.adapter is not None:
+            print("error: `ssa` is the shipped SSA adapter on smollm2: it takes no --adapter", file=sys.stderr)
+            return 2
+        if not (SHIPPED_SSA / "adapter_config.json").is_file():
+            print(f"error: this install has no shipped SSA adapter ({SHIPPED_SSA} is missing)", file=sys.stderr)
+            return 2
+        # the same path as `smollm2 --adapter DIR`: vLLM's --lora-modules, or the adapter merged on load
+        args.model_dir, args.adapter = SMOLLM2, str(SHIPPED_SSA)
     return _serve_vllm(args) if args.engine == "vllm" else _serve_local(args)
 
 
@@ -175,6 +213,7 @@ def proxy(args: argparse.Namespace) -> int:
             aggregator=args.aggregator,
             aggregator_base_url=args.aggregator_base_url,
             aggregator_model=args.aggregator_model,
+            aggregator_weights=args.aggregator_weights,
             n=args.n,
             min_candidates=args.min_candidates,
             upstream_timeout_s=args.upstream_timeout,
@@ -204,7 +243,10 @@ def _proxy_parser(commands: Any) -> None:
         "proxy", help="an OpenAI-compatible server that answers chat completions with aggregated candidates"
     )
     x.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
-    x.add_argument("--aggregator", default="majority", help="default method: majority, ssa, gsr or usc")
+    x.add_argument(
+        "--aggregator", choices=AGGREGATOR_NAMES, default="majority", help="default method (a request may name another)"
+    )
+    x.add_argument("--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method")
     x.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
     x.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
     x.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
@@ -221,7 +263,7 @@ def _proxy_parser(commands: Any) -> None:
     )
     x.add_argument(
         "--aggregator-api-key-env",
-        default="AGGREGATOR_API_KEY",
+        default=AGGREGATOR_KEY_ENV,
         help="environment variable with the aggregator server's key (the upstream key is never sent there)",
     )
     x.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
@@ -237,7 +279,7 @@ def _proxy_parser(commands: Any) -> None:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
     commands = p.add_subparsers(dest="command", required=True)
-    a = commands.add_parser("ask", help="answer a question with n candidates and majority vote")
+    a = commands.add_parser("ask", help="answer a question with n candidates and an aggregator")
     a.add_argument("question")
     a.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
     a.add_argument(
@@ -255,6 +297,24 @@ def parser() -> argparse.ArgumentParser:
     a.add_argument("--attempts", type=int, default=3, help="attempts per candidate on transient errors")
     a.add_argument("--adaptive", action="store_true", help="sample in waves, stop when candidates agree")
     a.add_argument("--max-n", type=int, default=MAX_N, help=f"cap on --n (default {MAX_N})")
+    a.add_argument(
+        "--aggregator",
+        choices=AGGREGATOR_NAMES,
+        default="majority",
+        help="majority (default), weighted (needs --aggregator-weights), ssa (the shipped trained SSA on the CPU, "
+        "or the one at --aggregator-base-url), gsr or usc (the model at --aggregator-base-url)",
+    )
+    a.add_argument("--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (WeightedVote.save)")
+    a.add_argument(
+        "--aggregator-base-url",
+        metavar="URL",
+        help=f"the aggregator model's server, e.g. serve-aggregator's (its key, if any, in {AGGREGATOR_KEY_ENV})",
+    )
+    a.add_argument(
+        "--aggregator-model",
+        metavar="NAME",
+        help=f"the aggregator's served model name at --aggregator-base-url (default {DEFAULT_SERVED_NAME})",
+    )
     a.add_argument("--seed", type=int, help="sampling seed for the local model")
     a.add_argument("--json", action="store_true", help="print the sample set as JSON")
     a.set_defaults(run=ask)
@@ -266,7 +326,8 @@ def parser() -> argparse.ArgumentParser:
         "model_dir",
         nargs="?",
         default=SMOLLM2,
-        help='a transformers model folder, or "smollm2" for the embedded SmolLM2-135M-Instruct (the default)',
+        help='a transformers model folder, "smollm2" for the embedded SmolLM2-135M-Instruct (the default), or '
+        '"ssa" for the shipped trained SSA (its LoRA adapter on smollm2)',
     )
     v.add_argument("--adapter", help="a PEFT LoRA adapter folder trained on MODEL_DIR")
     v.add_argument(

@@ -21,7 +21,7 @@ from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
 from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from training.data import PROBLEMS_HELP, Problems, load_sample_sets, problem_key, write_json, write_jsonl
-from training.targets import FORMATS, Format, teacher_targets
+from training.targets import FORMATS, Format, reference_solution, teacher_targets
 
 
 @dataclass
@@ -56,8 +56,19 @@ class BuildConfig:
         default=None, metadata={"help": "model folder whose tokenizer counts tokens (default: 4 characters a token)"}
     )
     validation_fraction: float = field(default=0.1, metadata={"help": "share of problems held out"})
-    targets: Literal["gold", "teacher"] = field(
-        default="gold", metadata={"help": "programmatic targets from the gold answer, or a teacher's traces"}
+    targets: Literal["gold", "teacher", "reference"] = field(
+        default="gold",
+        metadata={
+            "help": "programmatic targets from the gold answer, a teacher's traces, or (GSR) a real candidate "
+            "solution from the same problem's pool that states the gold answer"
+        },
+    )
+    gsr_plain_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "GSR's hybrid data: this share of examples asks the question alone and is answered with a "
+            "reference solution (the same model learns to solve and to refine)"
+        },
     )
     teacher_model: str | None = field(default=None, metadata={"help": "teacher: served model name or model spec"})
     teacher_base_url: str | None = field(default=None, metadata={"help": "teacher: an OpenAI-compatible server"})
@@ -156,6 +167,9 @@ def _examples(
                 unsolvable += 1
                 continue
             prompt = fmt.render(sample_set.question, subset, style, weights)
+            target = fmt.target(sample_set.gold, [c.answer for c in subset], config.answer_only_targets)
+            if config.targets == "reference" and (target := reference_solution(sample_set)) is None:
+                continue
             if count_tokens is not None and count_tokens(prompt) > config.max_prompt_tokens:
                 too_long += 1
                 continue
@@ -166,12 +180,7 @@ def _examples(
                     "problem": problem_key(sample_set),
                     "prompt": [{"role": "user", "content": prompt}],
                     "completion": [
-                        {
-                            "role": "assistant",
-                            "content": fmt.target(
-                                sample_set.gold, [c.answer for c in subset], config.answer_only_targets
-                            ),
-                        }
+                        {"role": "assistant", "content": target}
                     ],
                     "gold": sample_set.gold,
                     "k": len(subset),
@@ -184,6 +193,35 @@ def _examples(
     if unsolvable:
         tqdm.write(f"dropped {unsolvable} subsets with no candidate reaching the gold answer")
     return examples
+
+
+def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int, rng: random.Random) -> list[dict]:
+    """GSR's hybrid half: the question alone, answered with a reference solution, so one model both solves
+    (as a candidate) and refines (as the aggregator). `gsr_plain_fraction` of all examples; one per problem."""
+    if config.gsr_plain_fraction <= 0:
+        return []
+    if config.format != "gsr" or not config.gsr_plain_fraction < 1:
+        raise ValueError("gsr_plain_fraction is for --format gsr and must be below 1")
+    wanted = round(refinements * config.gsr_plain_fraction / (1 - config.gsr_plain_fraction))
+    rows = []
+    for sample_set in rng.sample(sets, len(sets)):
+        if len(rows) == wanted:
+            break
+        if (solution := reference_solution(sample_set)) is not None:
+            rows.append(
+                {
+                    "order": refinements + len(rows),
+                    "id": f"{sample_set.id}/plain",
+                    "problem": problem_key(sample_set),
+                    "prompt": [{"role": "user", "content": sample_set.question}],
+                    "completion": [{"role": "assistant", "content": solution}],
+                    "gold": sample_set.gold,
+                    "k": 0,
+                    "hard": False,
+                    "format": "gsr",
+                }
+            )
+    return rows
 
 
 def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
@@ -216,6 +254,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
     out = Path(config.output_dir)
     weights = _weights(config, [s for s in sets if problem_key(s) not in held_out], out)
     examples = mix(_examples(sets, config, fmt, weights, rng), config.hard_fraction, rng)
+    examples += plain_examples(sets, config, len(examples), rng)
     rejected = 0
     if config.targets == "teacher":
         traces = teacher_targets(

@@ -12,7 +12,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from aggregate_graph import Candidate, WeightedVote, equivalent
+from aggregate_graph import Candidate, SampleSet, WeightedVote, equivalent, extract_answer
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
 
@@ -54,6 +54,23 @@ def gsr_target(gold: str, answers: Sequence[str | None], answer_only: bool = Fal
     agree = _agreeing(gold, answers)
     verdict = f"Solutions {', '.join(map(str, agree))} are right" if agree else "All candidate solutions are wrong"
     return f"{verdict}. Solving the problem again gives the final answer \\boxed{{{gold}}}."
+
+
+def reference_solution(sample_set: SampleSet) -> str | None:
+    """A real solution to imitate (GSR's targets, from the pool instead of a teacher): the shortest candidate of
+    the whole set that reasons over several lines, states its final answer in words and reaches gold (a bare
+    "The answer is 26." only when nothing else does), ending in `\\boxed{gold}` as GSR's output must. None when
+    no candidate qualifies (e.g. only programs whose answer comes from running them)."""
+    stated = [
+        c.text
+        for c in sample_set.succeeded
+        if c.text.strip() and equivalent(extract_answer(c.text, last_number=False), sample_set.gold)
+    ]
+    if not stated or sample_set.gold is None:
+        return None
+    reasoned = [t for t in stated if len(t.strip().splitlines()) > 1]
+    text = min(reasoned or stated, key=len).strip()
+    return text if parse_gsr_output(text) else f"{text}\n\nThe final answer is \\boxed{{{sample_set.gold}}}."
 
 
 FORMATS: dict[str, Format] = {

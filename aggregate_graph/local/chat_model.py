@@ -78,9 +78,10 @@ class LocalChatModel(BaseChatModel):
     of calls is reproducible. A per-call `seed` option makes one call reproducible by itself."""
     torch_threads: PositiveInt | None = None
     """Passed to `torch.set_num_threads` on load; note that it is process-wide."""
-    dtype: Literal["auto", "float32", "bfloat16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "int8"] = "float32"
     """Weights' precision. `auto` takes bfloat16 where the CPU computes it natively (avx512_bf16 or AMX: about
-    twice the prefill speed of float32 here) and float32 elsewhere."""
+    twice the prefill speed of float32 here) and float32 elsewhere; `int8` is torch's dynamic quantization of
+    the linear layers (benchmarks/ssa_inference.py compares them)."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _tokenizer: PreTrainedTokenizerBase | None = PrivateAttr(default=None)
@@ -326,6 +327,8 @@ class LocalChatModel(BaseChatModel):
                 model = PeftModel.from_pretrained(model, self.adapter_path).merge_and_unload()
             if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu_has_bf16()):
                 model = model.to(torch.bfloat16)  # after merging, so the adapter is added in full precision
+            elif self.dtype == "int8":
+                model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
             self._tokenizer, self._model = tokenizer, model
         return self._tokenizer, self._model
 

@@ -16,20 +16,22 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
 import openai
 import uvicorn
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from openai.resources.chat.completions import AsyncCompletions
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from starlette.background import BackgroundTask
 
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.graph import QuorumError
-from aggregate_graph.openai_compat.request import METHODS, RequestError
+from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
+from aggregate_graph.registry import AGGREGATOR_NAMES
 from aggregate_graph.sampling import describe
 from aggregate_graph.serve.http import OpenAIError, bearer_check, is_loopback, openai_error
 
@@ -54,7 +56,10 @@ class ProxyConfig(BaseModel):
 
     upstream: str = Field(description="base URL of the upstream OpenAI-compatible API, e.g. https://api.openai.com/v1")
     upstream_api_key: SecretStr = SecretStr("EMPTY")
-    aggregator: str = Field(default="majority", description=f"default method: {', '.join(METHODS)}")
+    aggregator: str = Field(default="majority", description=f"default method: {', '.join(AGGREGATOR_NAMES)}")
+    aggregator_weights: Path | None = Field(
+        default=None, description="a WeightedVote weights file: needed by the `weighted` method, default or per request"
+    )
     aggregator_base_url: str | None = Field(default=None, description="a server of the aggregator model (vLLM)")
     aggregator_api_key: SecretStr = SecretStr("EMPTY")
     aggregator_model: str | None = None
@@ -68,6 +73,32 @@ class ProxyConfig(BaseModel):
     max_prompt_chars: int = Field(default=200_000, ge=1)
     max_concurrency: int = Field(default=64, ge=1, description="requests in flight; more are answered 429")
     max_request_s: float = Field(default=300.0, gt=0, description="wall time per request, streams included")
+
+    @field_validator("aggregator")
+    @classmethod
+    def _known_aggregator(cls, name: str) -> str:
+        if name not in AGGREGATOR_NAMES:
+            raise ValueError(f"unknown aggregator {name!r}; use one of {', '.join(AGGREGATOR_NAMES)}")
+        return name
+
+    @field_validator("aggregator_weights")
+    @classmethod
+    def _weights_file(cls, path: Path | None) -> Path | None:
+        # checked with the config, so that a missing file is a command-line error, not a failed server startup
+        if path is not None and not path.is_file():
+            raise ValueError(f"aggregator weights {str(path)!r}: no such file (write one with WeightedVote.save)")
+        return path
+
+    @model_validator(mode="after")
+    def _weighted_has_weights(self) -> Self:
+        if self.aggregator == "weighted" and self.aggregator_weights is None:
+            raise ValueError("aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE)")
+        return self
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods this proxy answers: `weighted` only with weights."""
+        return tuple(m for m in AGGREGATOR_NAMES if m != "weighted" or self.aggregator_weights is not None)
 
 
 class Scrubber:
@@ -218,6 +249,7 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             aggregator=config.aggregator,
             aggregator_client=aggregator_client,
             aggregator_model=config.aggregator_model,
+            aggregator_weights=config.aggregator_weights,
             min_candidates=config.min_candidates,
             max_n=config.max_n,
         )
@@ -263,7 +295,7 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
         except Exception as exc:
             raise failure(exc) from None
         data = [m.model_dump() for m in upstream_models]
-        data += [{**m, "id": f"{method}/{m['id']}"} for method in METHODS for m in list(data)]
+        data += [{**m, "id": f"{method}/{m['id']}"} for method in config.methods for m in list(data)]
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions")

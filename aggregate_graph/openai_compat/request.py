@@ -11,8 +11,10 @@ import httpx
 from openai import BadRequestError, NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aggregate_graph.registry import AGGREGATOR_NAMES
+
 OPTIONS_KEY = "aggregation"
-METHODS = ("majority", "ssa", "gsr", "usc")
+METHODS = AGGREGATOR_NAMES  # a request's method is any registry name: one list for every surface
 
 # Options whose result cannot be aggregated from candidates' final answers: a tool call, a JSON object, the
 # candidates' token log-probabilities or audio are not what the aggregated answer is made of.

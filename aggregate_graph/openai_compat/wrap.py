@@ -7,6 +7,7 @@ One patch point, as LangSmith's `wrap_openai`: the same client object comes back
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,21 +17,15 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
-from aggregate_graph.aggregators import (
-    AggregationError,
-    GSRAggregator,
-    MajorityVote,
-    SSAAggregator,
-    USCAggregator,
-)
+from aggregate_graph.aggregators import AggregationError, WeightedVote
 from aggregate_graph.graph import MAX_N, QuorumError, build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
 from aggregate_graph.openai_compat.responses import AsyncChunkStream, ChunkStream, ChunkWriter, completion
+from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.sampling import CandidatePolicy
 
-_MODEL_AGGREGATORS = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
 _WRAPPED = "_aggregate_graph_unwrapped_create"
 _PER_CALL = ("extra_headers", "extra_query", "timeout", "user")
 _RAW_RESPONSE_HEADER = "x-stainless-raw-response"  # what the SDK's with_raw_response sends
@@ -87,20 +82,34 @@ class Aggregating:
         max_n: int,
         max_concurrency: int,
         store: BaseStore | None,
+        weights: WeightedVote | None = None,
     ) -> None:
         self.create, self.is_async = create
         self.aggregator_create, self.aggregator_is_async = aggregator_create or create
         self.n, self.aggregator, self.policy = check_n(n, max_n), aggregator, policy
         self.client_timeout, self.client_retries = client_timeout, client_retries
-        self.aggregator_model = aggregator_model
+        self.aggregator_model, self.weights = aggregator_model, weights
         self.min_candidates, self.max_n = min_candidates, max_n
         self.max_concurrency, self.store = max_concurrency, store
-        if isinstance(aggregator, str) and aggregator not in ("majority", *_MODEL_AGGREGATORS):
-            raise ValueError(f"unknown aggregator {aggregator!r}; use majority, ssa, gsr, usc or an Aggregator")
+        if isinstance(aggregator, str) and aggregator not in AGGREGATOR_NAMES:
+            raise ValueError(
+                f"unknown aggregator {aggregator!r}; use one of {', '.join(AGGREGATOR_NAMES)} or an Aggregator"
+            )
+        if aggregator == "weighted" and weights is None:
+            raise ValueError(
+                "aggregator='weighted' needs aggregator_weights=: a file from WeightedVote.save or `aggregate-train "
+                "weights`"
+            )
 
     def _aggregator_for(self, method: str, plan: Plan) -> Runnable[SampleSet, Aggregation]:
-        if method == "majority":
-            return MajorityVote()
+        if method not in MODEL_AGGREGATORS:  # majority, weighted: votes, no model to ask
+            if method == "weighted" and self.weights is None:
+                raise RequestError(
+                    "method 'weighted' needs vote weights, and none were given to wrap_openai (aggregator_weights=) "
+                    "or the proxy (--aggregator-weights)",
+                    param="method",
+                )
+            return load_aggregator(method, weights=self.weights)
         # Through the same client, the call's own transport options (a gateway's headers, its timeout) apply
         # to the aggregator's request too; another client's server gets none of them.
         same_client = self.aggregator_create is self.create
@@ -111,7 +120,7 @@ class Aggregating:
             model=self.aggregator_model or plan.model,
             request=request,
         )
-        return _MODEL_AGGREGATORS[method](chat_model)
+        return load_aggregator(method, model=chat_model)
 
     def _policy(self, plan: Plan) -> CandidatePolicy:
         """The graph's bound on each candidate: never shorter than the client's own timeout and retries,
@@ -243,6 +252,7 @@ def wrap_openai(
     aggregator: str | Runnable[SampleSet, Aggregation] = "majority",
     aggregator_client: Any | None = None,
     aggregator_model: str | None = None,
+    aggregator_weights: str | Path | None = None,
     policy: CandidatePolicy | None = None,
     min_candidates: int = 1,
     max_n: int = MAX_N,
@@ -252,11 +262,16 @@ def wrap_openai(
     """Patch `client.chat.completions.create` (an `OpenAI` or `AsyncOpenAI`, Azure included) to answer with
     an aggregation of `n` candidates, and return the same client.
 
-    `aggregator` is "majority", "ssa", "gsr", "usc" (asking `aggregator_model` — default: the request's
-    model — through `aggregator_client`, default: this client; the same kind, sync or async) or any runtime
-    Aggregator. Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the
-    graph's `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still
-    falls back from one `n` request to single requests. `client.with_options(...)` returns a wrapped copy.
+    `aggregator` is a name from `registry.AGGREGATOR_NAMES` or any runtime Aggregator. "majority" and "weighted"
+    (the `WeightedVote` in the `aggregator_weights` file, which it requires) are votes; "ssa", "gsr" and "usc"
+    ask `aggregator_model` — default: the request's model — through `aggregator_client`, default: this client
+    (the same kind, sync or async). The shipped trained SSA, run locally on the CPU, is an Aggregator object:
+    `aggregator=load_aggregator("ssa")`. A request's own `method` may be any of the names ("weighted" only when
+    `aggregator_weights` was given).
+
+    Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the graph's
+    `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still falls
+    back from one `n` request to single requests. `client.with_options(...)` returns a wrapped copy.
     """
     completions = client.chat.completions
     if getattr(completions, _WRAPPED, None) is not None:
@@ -266,6 +281,7 @@ def wrap_openai(
         "aggregator": aggregator,
         "aggregator_client": aggregator_client,
         "aggregator_model": aggregator_model,
+        "aggregator_weights": aggregator_weights,
         "policy": policy,
         "min_candidates": min_candidates,
         "max_n": max_n,
@@ -286,6 +302,8 @@ def wrap_openai(
         aggregator=aggregator,
         aggregator_create=aggregator_create,
         aggregator_model=aggregator_model,
+        # read once, here: a missing or malformed file is an error at wrap time, not on the first request
+        weights=None if aggregator_weights is None else WeightedVote.load(aggregator_weights),
         policy=policy,
         client_timeout=getattr(client, "timeout", None),
         client_retries=int(getattr(client, "max_retries", 0) or 0),
