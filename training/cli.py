@@ -28,6 +28,7 @@ def steps() -> dict[str, Step]:
     from training.evaluate import EvaluateConfig, evaluate
     from training.export import ExportConfig, export
     from training.grpo import GRPOStepConfig, grpo
+    from training.report import ReportConfig, report
     from training.sft import SFTStepConfig, sft
     from training.weights import WeightsConfig, fit_weights
 
@@ -38,6 +39,7 @@ def steps() -> dict[str, Step]:
         "sft": Step(SFTStepConfig, sft, "supervised fine-tuning (TRL SFTTrainer, LoRA or full)"),
         "grpo": Step(GRPOStepConfig, grpo, "RL with the runtime's grader as reward (TRL GRPOTrainer)"),
         "evaluate": Step(EvaluateConfig, evaluate, "maj@k, pass@k, aggregator accuracy, Refinement Gap, CIs"),
+        "report": Step(ReportConfig, report, "several evaluations side by side, paired intervals against maj@k"),
         "export": Step(ExportConfig, export, "the folder serve-aggregator takes, with a model card"),
     }
 

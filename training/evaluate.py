@@ -236,6 +236,8 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
         "draws": config.draws,
         "metrics": summarise(main, config.bootstrap, config.seed),
         "model": model_statistics(results),
+        # per problem (mean over draws), so two aggregators evaluated apart can be compared pairwise
+        "per_problem": {"ids": [s.id for s in sets], **{name: main[name].tolist() for name in ("maj", "aggregator")}},
         "curve": [],
         "config": asdict(config),
     }

@@ -1,0 +1,65 @@
+"""The SSA shipped inside the package: a LoRA adapter on the embedded SmolLM2, loaded offline, answering real
+sample sets in its format (no fallback), and reachable by name from the registry, the CLI and the demo.
+
+Its accuracy is measured by `aggregate-train evaluate` (the model card's table), not here: these tests check
+that what ships loads, renders as it was trained, parses, and picks among the candidates' answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aggregate_graph import SSAAggregator, SSAStyle, WeightedVote, equivalent
+from aggregate_graph.demo import load_demo_sets
+from aggregate_graph.demo import main as demo_main
+from aggregate_graph.registry import SHIPPED_SSA, load_aggregator, load_trained_aggregator
+
+BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_smollm2_build.yaml"
+
+
+def test_the_shipped_folder_is_small_and_records_how_it_renders() -> None:
+    adapter = SHIPPED_SSA / "adapter_model.safetensors"
+    assert adapter.stat().st_size <= 25 * 2**20
+    record = json.loads((SHIPPED_SSA / "aggregator.json").read_text())
+    build = yaml.safe_load(BUILD_CONFIG.read_text())
+    # The render settings are the build config's: the runtime renders exactly what training rendered.
+    assert SSAStyle.from_dict(record["style"]) == SSAStyle(
+        **{name: build[name] for name in SSAStyle.__dataclass_fields__ if name in build}
+    )
+    assert record["format"] == "ssa" and record["k"] == build["k_max"]
+    assert WeightedVote.load(SHIPPED_SSA / record["weights"]).method == "supervised"
+    card = (SHIPPED_SSA / "README.md").read_text()
+    assert "make ssa-model" in card and "reserved" in card
+
+
+def test_shipped_ssa_answers_real_sets_in_its_format(smollm2_dir: Path) -> None:
+    aggregator = load_trained_aggregator(SHIPPED_SSA, base_model=str(smollm2_dir))
+    assert isinstance(aggregator, SSAAggregator) and aggregator.style is not None and aggregator.weights is not None
+    for sample_set in load_demo_sets():  # real GSM8K problems the model was not trained on
+        result = aggregator.invoke(sample_set)
+        assert result.details["parse_status"] == "parsed" and "fallback" not in result.details, result.details
+        assert any(equivalent(result.answer, c.answer) for c in sample_set.candidates), result.details["raw_output"]
+        assert result.usage is not None and result.usage.completion_tokens <= 32
+        assert result.method == "ssa" and result.support
+
+
+def test_registry_cli_and_demo_use_the_shipped_ssa(serve, capsys: pytest.CaptureFixture[str]) -> None:
+    assert isinstance(load_aggregator("ssa"), SSAAggregator)
+    server = serve(["Six sevens make 42.\n#### 42", "#### 41", "The answer is 42."])
+    done = subprocess.run(
+        [sys.executable, "-m", "aggregate_graph.cli", "ask", "What is 6 times 7?", "--n", "3", "--model", "m",
+         "--base-url", server.base_url, "--aggregator", "ssa", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    aggregation = json.loads(done.stdout)["aggregation"]
+    assert aggregation["method"] == "ssa" and aggregation["details"]["parse_status"] == "parsed"
+    assert aggregation["answer"] in ("42", "41")
+    assert demo_main([]) == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "trained SSA right" in summary and "weighted vote right" in summary
