@@ -65,11 +65,13 @@ def load_trained_aggregator(
     base_model: str | None = None,
     dtype: str = "auto",
     max_tokens: int = MAX_AGGREGATOR_TOKENS,
+    weights: str | Path | WeightedVote | None = None,
     **options: Any,
 ) -> Aggregator:
     """The aggregator a trained folder describes, rendering as it was trained. The model is `model` when given
     (e.g. the same weights served by vLLM), else the folder's adapter on `base_model` (default: the embedded
-    SmolLM2), or the folder's own full weights, run in-process by `LocalChatModel`."""
+    SmolLM2), or the folder's own full weights, run in-process by `LocalChatModel`. `weights` replaces the
+    folder's vote weights (e.g. ones fit on your own sources' logs) in the tally the model reads."""
     folder = Path(folder)
     record = read_trained_record(folder)
     if model is None:
@@ -85,7 +87,10 @@ def load_trained_aggregator(
         )
     if record["format"] != "ssa":
         return MODEL_AGGREGATORS[record["format"]](model, **options)
-    weights = WeightedVote.load(folder / record["weights"]) if record.get("weights") else None
+    if isinstance(weights, str | Path):
+        weights = WeightedVote.load(weights)
+    elif weights is None and record.get("weights"):
+        weights = WeightedVote.load(folder / record["weights"])
     options.setdefault("k", record.get("k", 5))
     return SSAAggregator(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 
@@ -107,7 +112,8 @@ def load_aggregator(
     - `weighted`: `WeightedVote` from `weights` (a file written by `WeightedVote.save` / `aggregate-train weights`).
     - `ssa`: with neither `model` nor `base_url`, the shipped trained SSA on the embedded SmolLM2 (CPU,
       offline); with `base_url`, the same shipped adapter served there (e.g. vLLM `--lora-modules`), rendered
-      with its settings; with `model`, SSA's prompt over that chat model.
+      with its settings; with `model`, SSA's prompt over that chat model. `weights` replaces the shipped vote
+      weights in the tally the shipped SSA reads (fit them on your own sources).
     - `gsr`, `usc`: the prompted aggregators over `model`, or the model served at `base_url`.
 
     Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …).
@@ -125,9 +131,11 @@ def load_aggregator(
         model = _served_model(base_url, served_model_name, api_key, max_tokens or (MAX_AGGREGATOR_TOKENS if name ==
                               "ssa" else 1024))  # fmt: skip
         if name == "ssa":
-            return load_trained_aggregator(SHIPPED_SSA, model=model, **options)
+            return load_trained_aggregator(SHIPPED_SSA, model=model, weights=weights, **options)
     if name == "ssa" and model is None:
-        return load_trained_aggregator(SHIPPED_SSA, max_tokens=max_tokens or MAX_AGGREGATOR_TOKENS, **options)
+        return load_trained_aggregator(
+            SHIPPED_SSA, max_tokens=max_tokens or MAX_AGGREGATOR_TOKENS, weights=weights, **options
+        )
     if model is None:
         raise ValueError(f"aggregator {name!r} needs a model: model= (a chat model) or base_url= (a served one)")
     return MODEL_AGGREGATORS[name](model, **options)

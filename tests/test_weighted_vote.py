@@ -13,6 +13,7 @@ from aggregate_graph import Candidate, MajorityVote, SampleSet, WeightedVote, eq
 from aggregate_graph.aggregators import source_of
 from aggregate_graph.pools import is_reserved, reserved_questions
 from training.cli import main as train_cli
+from training.report import ReportConfig, report
 
 
 def answered(gold: str | None, answers: dict[str, str | None]) -> SampleSet:
@@ -85,6 +86,8 @@ def test_source_is_model_plus_params() -> None:
     c = Candidate(index=0, model="gpt4", params={"prompt": "COT", "system_prompt": "You are terse.", "temperature": 1})
     assert source_of(c).startswith("gpt4[prompt=COT,system_prompt=") and source_of(c).endswith(",temperature=1]")
     assert source_of(Candidate(index=0, model="m")) == "m"
+    # Per-sample records (a pool's verdict, a reward) are not part of the source: they would leak the label.
+    assert source_of(Candidate(index=0, model="m", params={"is_correct": True, "score": 0.9})) == "m"
 
 
 def _draws(sets: list[SampleSet], k: int, draws: int, seed: int) -> list[SampleSet]:
@@ -120,3 +123,25 @@ def test_weights_step_fits_from_a_runtime_log_without_labels(tmp_path: Path, cap
     summary = json.loads(capsys.readouterr().out)
     assert summary["method"] == "unsupervised" and summary["sources"] == 5
     assert WeightedVote.load(tmp_path / "w.json").invoke(OUTVOTED).answer == "7"
+
+
+def test_report_compares_evaluations_pairwise(tmp_path: Path) -> None:
+    """Two `evaluate` runs on the same unreserved problems, then `report`: the weighted vote's gain over maj@5
+    comes with a paired interval, and a run on other problems is refused."""
+    later = tmp_path / "later.jsonl"  # fit on unreserved problems after the first 300, which are scored
+    sets = [s for s in load_faithful_cot() if not is_reserved(s)][300:]
+    later.write_text("".join(s.model_dump_json() + "\n" for s in sets), encoding="utf-8")
+    weights = tmp_path / "w.json"
+    assert train_cli(["weights", "--sample_sets", str(later), "--output", str(weights)]) == 0
+    common = ["--sample_sets", "faithful_cot", "--problems", "unreserved", "--k", "5", "--draws", "2",
+              "--curve", "false", "--bootstrap", "200"]  # fmt: skip
+    runs = {"majority": [], "weighted": ["--aggregator", "weighted", "--weights", str(weights)]}
+    for name, extra in runs.items():
+        assert train_cli(["evaluate", *common, "--limit", "300", "--output_dir", str(tmp_path / name), *extra]) == 0
+    table = report(ReportConfig(evaluations=[str(tmp_path / n) for n in runs], reference=str(tmp_path / "majority")))
+    row = next(line for line in table.splitlines() if line.startswith("| weighted |"))
+    gain = row.split("|")[3].strip()  # "+x.x [low, high]" against maj@5
+    assert float(gain.split()[0]) > 0 and float(gain.split("[")[1].split(",")[0]) > 0, table
+    assert train_cli(["evaluate", *common, "--limit", "200", "--output_dir", str(tmp_path / "other")]) == 0
+    with pytest.raises(ValueError, match="other problems"):
+        report(ReportConfig(evaluations=[str(tmp_path / "majority"), str(tmp_path / "other")]))

@@ -22,13 +22,19 @@ from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 FORMAT_VERSION = 1
+# The params that say how a candidate was asked for. Others are per-sample records (a pool's `is_correct` or
+# `score` verdicts, rewards) that must never name a source: they would leak the label into the vote.
+SOURCE_PARAMS = ("prompt", "system_prompt", "temperature", "top_p")
 PRIOR = (1.0, 1.0)  # Beta prior on each source's accuracy: a source seen a few times stays near the pooled rate
 
 
 def source_of(candidate: Candidate) -> str:
-    """The candidate's source: `model` plus its params, e.g. `gpt4[prompt=COT]` (a system prompt is hashed)."""
+    """The candidate's source: `model` plus the params it was sampled with (`SOURCE_PARAMS`), e.g.
+    `gpt4[prompt=COT]`; a system prompt is hashed."""
     parts = []
     for key, value in sorted(candidate.params.items()):
+        if key not in SOURCE_PARAMS:
+            continue
         if key == "system_prompt" and isinstance(value, str):
             value = hashlib.sha256(value.encode()).hexdigest()[:8]
         parts.append(f"{key}={value}")
