@@ -12,8 +12,8 @@ from aggregate_graph.pools import is_reserved, reserved_questions
 
 Problems = Literal["all", "unreserved", "reserved"]
 PROBLEMS_HELP = (
-    "which problems: all, unreserved (never the reserved GSM8K test ids with id % 5 == 0: build, train and choose "
-    "on these), or reserved (the final evaluation, once)"
+    "which problems: all, unreserved (never the reserved GSM8K test problems, ids divisible by 5: build, train "
+    "and choose on these), or reserved (the final evaluation, once)"
 )
 
 # The real pools in ../shared/data, by the names the CLI accepts wherever a sample-set file is expected.
