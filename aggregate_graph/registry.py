@@ -85,7 +85,8 @@ def load_trained_aggregator(
             max_new_tokens=max_tokens,
             dtype=dtype,  # type: ignore[arg-type]
         )
-    if record["format"] != "ssa":
+    if record["format"] != "ssa":  # GSR / USC prompts are cut by the candidate budget alone
+        options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
         return MODEL_AGGREGATORS[record["format"]](model, **options)
     if isinstance(weights, str | Path):
         weights = WeightedVote.load(weights)
