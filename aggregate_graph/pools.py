@@ -68,7 +68,8 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
 RESERVED_MODULUS = 5
 
 
-def _question_key(question: str) -> str:
+def question_key(question: str) -> str:
+    """What identifies a problem across sources: its question text, whitespace normalised."""
     return " ".join(question.split())
 
 
@@ -76,13 +77,13 @@ def reserved_questions(data: str | Path | None = None) -> frozenset[str]:
     """The project's reserved evaluation problems: GSM8K test ids with `id % 5 == 0` (264 questions, whitespace
     normalised). Nothing is built, trained, early-stopped or chosen on them; they are evaluated once."""
     rows = _jsonl(_file(data, BENCHMARKS["gsm8k"]))
-    return frozenset(_question_key(row["question"]) for i, row in enumerate(rows) if i % RESERVED_MODULUS == 0)
+    return frozenset(question_key(row["question"]) for i, row in enumerate(rows) if i % RESERVED_MODULUS == 0)
 
 
 def is_reserved(sample_set: SampleSet, reserved: frozenset[str] | None = None) -> bool:
     """Whether the set's question is a reserved evaluation problem (decided by its text, so sample sets from
     any source — pools, `collect`, the runtime's log — are recognised)."""
-    return _question_key(sample_set.question) in (reserved_questions() if reserved is None else reserved)
+    return question_key(sample_set.question) in (reserved_questions() if reserved is None else reserved)
 
 
 def _gsm8k_gold(solution: str) -> str:

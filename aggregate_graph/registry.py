@@ -45,6 +45,18 @@ def _served_model(base_url: str, model: str, api_key: str | None, max_tokens: in
     )
 
 
+def local_model(
+    model_path: str | None, adapter_path: str | None = None, *, max_tokens: int, dtype: str = "auto"
+) -> BaseChatModel:
+    """An aggregator's model run in-process: greedy, `max_tokens` new tokens (model_path None: SmolLM2)."""
+    from aggregate_graph.local import LocalChatModel
+
+    return LocalChatModel(
+        model_path=model_path, adapter_path=adapter_path, temperature=0, max_new_tokens=max_tokens,
+        dtype=dtype,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
 def read_trained_record(folder: str | Path) -> dict[str, Any]:
     """A trained aggregator folder's `aggregator.json` (format, k, style, weights file)."""
     path = Path(folder) / AGGREGATOR_FILE
@@ -75,16 +87,9 @@ def load_trained_aggregator(
     folder = Path(folder)
     record = read_trained_record(folder)
     if model is None:
-        from aggregate_graph.local import LocalChatModel
-
         is_adapter = (folder / "adapter_config.json").is_file()
-        model = LocalChatModel(
-            model_path=base_model if is_adapter else str(folder),
-            adapter_path=str(folder) if is_adapter else None,
-            temperature=0,
-            max_new_tokens=max_tokens,
-            dtype=dtype,  # type: ignore[arg-type]
-        )
+        model = local_model(base_model if is_adapter else str(folder), str(folder) if is_adapter else None,
+                            max_tokens=max_tokens, dtype=dtype)  # fmt: skip
     if record["format"] != "ssa":  # GSR / USC prompts are cut by the candidate budget alone
         options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
         return MODEL_AGGREGATORS[record["format"]](model, **options)

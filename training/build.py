@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -143,16 +143,9 @@ def _token_counter(config: BuildConfig):  # type: ignore[no-untyped-def]
 
 
 def style_of(config: BuildConfig) -> SSAStyle:
-    """The render settings the examples are built with; the trained model records them (aggregator.json)."""
-    return SSAStyle(
-        max_candidate_tokens=config.max_candidate_tokens,
-        tail_only=config.tail_only,
-        chars_per_token=config.chars_per_token,
-        show_answers=config.show_answers,
-        show_sources=config.show_sources,
-        show_tally=config.show_tally,
-        short_instruction=config.short_instruction,
-    )
+    """The render settings the examples are built with (the config's fields of the same names); the trained model
+    records them (aggregator.json)."""
+    return SSAStyle(**{f.name: getattr(config, f.name) for f in fields(SSAStyle)})
 
 
 def _examples(

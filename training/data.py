@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aggregate_graph import SampleSet, load_faithful_cot, load_gpt3_solutions, load_qwen_math, read_sample_sets
-from aggregate_graph.pools import is_reserved, reserved_questions
+from aggregate_graph.pools import is_reserved, question_key, reserved_questions
 
 Problems = Literal["all", "unreserved", "reserved"]
 PROBLEMS_HELP = (
@@ -49,7 +49,7 @@ def load_sample_sets(source: str | Path, limit: int | None = None, problems: Pro
 def problem_key(sample_set: SampleSet) -> str:
     """What identifies a problem across sample sets: the question text (the flywheel logs the same problem under
     many set ids, so ids cannot keep a problem out of both sides of a split)."""
-    return " ".join(sample_set.question.split())
+    return question_key(sample_set.question)
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:

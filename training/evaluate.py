@@ -18,7 +18,13 @@ from tqdm.auto import tqdm
 from aggregate_graph import MajorityVote, SampleSet, equivalent
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.pools import pool_metrics
-from aggregate_graph.registry import AGGREGATOR_FILE, AGGREGATOR_NAMES, load_aggregator, load_trained_aggregator
+from aggregate_graph.registry import (
+    AGGREGATOR_FILE,
+    AGGREGATOR_NAMES,
+    load_aggregator,
+    load_trained_aggregator,
+    local_model,
+)
 from training.data import PROBLEMS_HELP, Problems, load_sample_sets, write_json
 
 METRICS = ("single", "maj", "pass", "aggregator", "gap")
@@ -68,10 +74,7 @@ def aggregator_for(config: EvaluateConfig) -> Any:
                                        **options)  # fmt: skip
     model: Any = None
     if config.base_url is None and config.model_dir is not None:
-        from aggregate_graph.local import LocalChatModel
-
-        model = LocalChatModel(model_path=config.model_dir, adapter_path=config.adapter, temperature=0,
-                               max_new_tokens=config.max_tokens, dtype=config.dtype)  # fmt: skip
+        model = local_model(config.model_dir, config.adapter, max_tokens=config.max_tokens, dtype=config.dtype)
     return load_aggregator(
         config.aggregator,
         model=model,

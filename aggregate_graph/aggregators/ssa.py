@@ -7,7 +7,6 @@ package imports them, so the model is trained on exactly what it is served.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -26,7 +25,7 @@ from aggregate_graph.aggregators.llm import (
     supporting,
 )
 from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.aggregators.weighted import WeightedVote, source_of
+from aggregate_graph.aggregators.weighted import WeightedVote, posterior, source_of
 from aggregate_graph.answers import _last_answer_tag, extract_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
@@ -89,10 +88,8 @@ def _tally_line(candidates: list[Candidate], weights: WeightedVote | None) -> st
     ranked = sorted(votes.items(), key=lambda item: -item[1])
     if weights is None:
         return "Votes: " + "; ".join(f"{answer} = {score:g}" for answer, score in ranked)
-    top = ranked[0][1]
-    mass = [math.exp(score - top) for _, score in ranked]
-    shares = [round(100 * m / sum(mass)) for m in mass]
-    parts = [f"{answer} = {share}%" for (answer, _), share in zip(ranked, shares, strict=True)]
+    shares = posterior([score for _, score in ranked])
+    parts = [f"{answer} = {round(100 * share)}%" for (answer, _), share in zip(ranked, shares, strict=True)]
     return "Weighted votes: " + "; ".join(parts)
 
 

@@ -191,7 +191,8 @@ def _log_odds(p: float, spread: float) -> float:
     return math.log(spread * p / (1 - p))
 
 
-def _softmax(scores: list[float]) -> list[float]:
+def posterior(scores: list[float]) -> list[float]:
+    """Each answer class's probability of being right, from its weighted vote score (a softmax)."""
     top = max(scores)
     exps = [math.exp(s - top) for s in scores]
     total = sum(exps)
@@ -205,7 +206,7 @@ def _dawid_skene(ballots: list[_Ballot], spread: float, iterations: int) -> dict
     accuracy = _accuracies(ballots, credit)
     for _ in range(iterations):
         weights = {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()}
-        credit = [_softmax([sum(weights[s] for s in sources) for sources in b.classes]) for b in ballots]
+        credit = [posterior([sum(weights[s] for s in sources) for sources in b.classes]) for b in ballots]
         updated = _accuracies(ballots, credit)
         settled = max(abs(updated[s][0] - accuracy[s][0]) for s in updated) < 1e-6
         accuracy = updated
