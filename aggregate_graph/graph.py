@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
@@ -20,8 +20,10 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
-from aggregate_graph.aggregators import AggregationError, MajorityVote
+from aggregate_graph.aggregators import AggregationError, MajorityVote, Medoid
+from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
 from aggregate_graph.answers import group_equivalent
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
@@ -37,6 +39,7 @@ from aggregate_graph.sampling import (
 )
 
 MAX_N = 512
+_MEDOID = Medoid()
 
 
 class QuorumError(AggregationError):
@@ -79,13 +82,19 @@ class AggregateState(TypedDict, total=False):
 
 
 def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
-    """The last human message's text and the conversation up to and including it."""
-    for i in range(len(messages) - 1, -1, -1):
+    """The last human message's text (the question the sample set records) and the conversation the candidates
+    answer: all of it — tool calls and tool results after the question included — except trailing AI messages,
+    since a chat model answers a human or tool turn, not its own reply (e.g. an agent's draft that an
+    aggregate node placed after the tool loop rewrites)."""
+    end = len(messages)
+    while end and isinstance(messages[end - 1], AIMessage):
+        end -= 1
+    for i in range(end - 1, -1, -1):
         if isinstance(messages[i], HumanMessage):
             question = message_text(messages[i]).strip()
             if not question:
                 raise ValueError("the last human message is empty: there is no question to answer")
-            return question, list(messages[: i + 1])
+            return question, list(messages[:end])
     raise ValueError("no question: the state's `messages` has no human message")
 
 
@@ -125,8 +134,9 @@ class _Nodes:
         adaptive: AdaptiveSampling | None,
         min_candidates: int,
         log_namespace: tuple[str, ...],
+        fallback: Runnable[SampleSet, Aggregation] | None,
     ) -> None:
-        self.pool, self.n, self.aggregator = pool, n, aggregator
+        self.pool, self.n, self.aggregator, self.fallback = pool, n, aggregator, fallback
         self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
         self.log_namespace = log_namespace
 
@@ -205,6 +215,7 @@ class _Nodes:
         usage = sample_set.usage
         message = AIMessage(
             content=sample_set.aggregation.text if sample_set.aggregation else "",
+            tool_calls=sample_set.aggregation.tool_calls if sample_set.aggregation else [],
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
             usage_metadata={
                 "input_tokens": usage.prompt_tokens,
@@ -214,11 +225,45 @@ class _Nodes:
         )
         return {"sample_set": sample_set, "messages": [message]}
 
+    def _decided(self, sample_set: SampleSet, aggregation: Aggregation, choices: dict[str, float]) -> SampleSet:
+        if choices:  # tools were proposed and answering now won: say so
+            aggregation = aggregation.model_copy(update={"details": {**aggregation.details, "choices": choices}})
+        return sample_set.model_copy(update={"aggregation": aggregation})
+
+    def _decide(self, sample_set: SampleSet, config: RunnableConfig) -> SampleSet:
+        """A voted tool plan, or the aggregator's answer; the fallback's pick when the aggregator finds nothing
+        to decide on (small talk, prose), with the reason in `details["fallback_reason"]`."""
+        plan, choices = vote_tool_calls(sample_set)
+        if plan is not None:
+            return sample_set.model_copy(update={"aggregation": plan})
+        try:
+            aggregation = self.aggregator.invoke(answering(sample_set), config)
+        except AggregationError as exc:
+            if self.fallback is None:
+                raise
+            aggregation = self._fell_back(self.fallback.invoke(answering(sample_set), config), exc)
+        return self._decided(sample_set, aggregation, choices)
+
+    async def _adecide(self, sample_set: SampleSet, config: RunnableConfig) -> SampleSet:
+        plan, choices = vote_tool_calls(sample_set)
+        if plan is not None:
+            return sample_set.model_copy(update={"aggregation": plan})
+        try:
+            aggregation = await self.aggregator.ainvoke(answering(sample_set), config)
+        except AggregationError as exc:
+            if self.fallback is None:
+                raise
+            aggregation = self._fell_back(await self.fallback.ainvoke(answering(sample_set), config), exc)
+        return self._decided(sample_set, aggregation, choices)
+
+    @staticmethod
+    def _fell_back(aggregation: Aggregation, exc: AggregationError) -> Aggregation:
+        return aggregation.model_copy(update={"details": {**aggregation.details, "fallback_reason": str(exc)}})
+
     def aggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         store = get_store()
         try:
-            sample_set = self._sample_set(state)
-            sample_set = sample_set.model_copy(update={"aggregation": self.aggregator.invoke(sample_set, config)})
+            sample_set = self._decide(self._sample_set(state), config)
         except AggregationError as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 log_sample_set(store, record, self.log_namespace)
@@ -230,9 +275,7 @@ class _Nodes:
     async def aaggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         store = get_store()
         try:
-            sample_set = self._sample_set(state)
-            aggregation = await self.aggregator.ainvoke(sample_set, config)
-            sample_set = sample_set.model_copy(update={"aggregation": aggregation})
+            sample_set = await self._adecide(self._sample_set(state), config)
         except AggregationError as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 await alog_sample_set(store, record, self.log_namespace)
@@ -257,12 +300,15 @@ def build_aggregate_graph(
     checkpointer: BaseCheckpointSaver | None = None,
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
+    fallback: Runnable[SampleSet, Aggregation] | None = _MEDOID,
     name: str = "aggregate_graph",
 ) -> CompiledStateGraph:
     """A compiled graph that answers the last human message with `n` candidates and an aggregation.
 
     `model` is a chat model, a spec string ("openai:gpt-4o-mini", "local") or a list of them; with
     `system_prompts` / `temperatures` the pool is every combination, and candidate i comes from pool[i % len].
+    When candidates call tools, the graph votes on the plans first (`vote_tool_calls`); when the aggregator
+    finds no answer to decide on, `fallback` (the medoid candidate; None: raise) picks one.
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
     """
     n = check_n(n, max_n)
@@ -281,6 +327,7 @@ def build_aggregate_graph(
         adaptive,
         min_candidates,
         log_namespace,
+        fallback,
     )
     builder = StateGraph(AggregateState)
     builder.add_node("prepare", nodes.prepare)

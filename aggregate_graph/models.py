@@ -7,10 +7,12 @@ from itertools import product
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableBinding
 
-from aggregate_graph.sampling import Sampler
+from aggregate_graph.sampling import Sampler, describe_model
 
-ModelSpec = BaseChatModel | str
+# A chat model, one with bound options (`bind_tools`, `bind`, `with_config`), or a spec string.
+ModelSpec = BaseChatModel | RunnableBinding | str
 LOCAL_PREFIXES = ("local", "smollm2")
 
 
@@ -24,7 +26,10 @@ def load_chat_model(spec: ModelSpec, **kwargs: Any) -> BaseChatModel:
     if isinstance(spec, BaseChatModel):
         return spec
     if not isinstance(spec, str) or not spec.strip():
-        raise TypeError(f"model must be a LangChain BaseChatModel or a model spec string, got {spec!r}")
+        raise TypeError(
+            "model must be a LangChain chat model (BaseChatModel) or a model spec string such as "
+            f"'openai:gpt-4o-mini'; got {describe_model(spec) if not isinstance(spec, str) else repr(spec)}"
+        )
     head, _, rest = spec.partition(":")
     if head in LOCAL_PREFIXES:
         from aggregate_graph.local import LocalChatModel
@@ -63,6 +68,6 @@ def build_pool(
         if isinstance(m, Sampler):
             pool.append(m)
             continue
-        chat_model = load_chat_model(m)
+        chat_model = m if isinstance(m, RunnableBinding) else load_chat_model(m)
         pool.extend(Sampler(chat_model, p, t) for p, t in product(prompts, temps))
     return pool

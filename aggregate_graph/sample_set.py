@@ -50,6 +50,9 @@ class Candidate(BaseModel):
     index: int = Field(ge=0)
     text: str = ""
     answer: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(
+        default_factory=list, description="the tools the candidate called instead of answering (LangChain ToolCalls)"
+    )
     model: str = ""
     params: dict[str, Any] = Field(default_factory=dict)
     usage: Usage | None = None
@@ -76,6 +79,9 @@ class Aggregation(BaseModel):
     method: str
     answer: str | None
     text: str
+    tool_calls: list[dict[str, Any]] = Field(
+        default_factory=list, description="the agreed tool calls, when the candidates chose to call tools"
+    )
     votes: dict[str, float] = Field(default_factory=dict)
     support: list[int] = Field(default_factory=list, description="indices of the candidates backing the answer")
     tie: list[str] | None = Field(default=None, description="answers that tied for first, when there was a tie")

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
@@ -22,7 +22,8 @@ import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import RunnableBinding, RunnableConfig
+from langchain_core.runnables.config import merge_configs
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel, Field
 from tenacity import (
@@ -58,13 +59,53 @@ class CandidatePolicy(BaseModel):
     max_concurrency: int = Field(default=16, ge=1, description="parallel requests when falling back from `n`")
 
 
+_CONFIG_KEYS = ("tags", "metadata", "run_name")
+
+
+def unbind(model: BaseChatModel | RunnableBinding) -> tuple[BaseChatModel, dict[str, Any], dict[str, Any]]:
+    """The chat model inside `model.bind_tools(...)`, `.bind(...)`, `.with_config(...)` (nested too), the call
+    options those bound (the outer binding wins, as when the binding is invoked) and their tags/metadata/name."""
+    kwargs: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    inner: Any = model
+    while isinstance(inner, RunnableBinding):
+        kwargs = {**inner.kwargs, **kwargs}
+        config = dict(merge_configs(inner.config, config))
+        inner = inner.bound
+    if not isinstance(inner, BaseChatModel):
+        raise TypeError(
+            "model must be a LangChain chat model (BaseChatModel), one bound with bind_tools / bind / with_config, "
+            f"or a model spec string such as 'openai:gpt-4o-mini'; got {describe_model(model)}"
+        )
+    return inner, kwargs, {k: config[k] for k in _CONFIG_KEYS if config.get(k)}
+
+
+def describe_model(value: Any) -> str:
+    """A short description of what was passed: its type, never its (possibly huge) repr."""
+    if isinstance(value, RunnableBinding):
+        return f"a binding around {type(value.bound).__name__}"
+    return type(value).__name__
+
+
 @dataclass(frozen=True)
 class Sampler:
-    """One way of drawing candidates: a chat model with an optional system prompt and temperature."""
+    """One way of drawing candidates: a chat model with an optional system prompt and temperature.
+
+    `bound` holds the call options of a bound model (`model.bind_tools(...)`, `.bind(...)`) and `config`
+    the tags, metadata and run name of `.with_config(...)`: every candidate request is made with them.
+    A bound model given as `model` is unwrapped into these fields."""
 
     model: BaseChatModel
     system_prompt: str | None = None
     temperature: float | None = None
+    bound: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        model, bound, config = unbind(self.model)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "bound", {**bound, **self.bound})
+        object.__setattr__(self, "config", {**config, **self.config})
 
     @property
     def model_name(self) -> str:
@@ -157,6 +198,7 @@ def _candidates(
         candidate = Candidate(
             index=index,
             text=text,
+            tool_calls=[dict(call) for call in getattr(message, "tool_calls", None) or []],
             model=str(meta.get("model_name") or sampler.model_name),
             params=sampler.params,
             usage=usage,
@@ -192,7 +234,12 @@ def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dic
     # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens;
     # stream=False: LangChain would otherwise stream whenever a streaming callback is attached, which costs
     # more per call and yields one choice, not k.
-    kwargs: dict[str, Any] = {"callbacks": (config or {}).get("callbacks"), "tags": [TAG_NOSTREAM], "stream": False}
+    kwargs: dict[str, Any] = {**sampler.bound, "callbacks": (config or {}).get("callbacks"), "stream": False}
+    kwargs["tags"] = [*(sampler.config.get("tags") or []), TAG_NOSTREAM]
+    if metadata := sampler.config.get("metadata"):
+        kwargs["metadata"] = metadata
+    if run_name := sampler.config.get("run_name"):
+        kwargs["run_name"] = run_name
     if k > 1:
         kwargs["n"] = k
     if sampler.temperature is not None:

@@ -124,10 +124,23 @@ def test_hanging_calls_time_out_and_are_recorded(serve):
         assert s.aggregation.answer == "42"
 
 
-def test_no_extractable_answer_is_a_clear_error(serve):
-    server = serve(["I do not know.", "Hard to say!"])
+def test_no_extractable_answer_gives_the_medoid_or_with_no_fallback_a_clear_error(serve):
+    server = serve(["Hard to say!", "I do not know, sorry.", "Sorry, I do not know."])
+    out = build_aggregate_graph(chat(server), n=3).invoke(ASK)
+    aggregation = out["sample_set"].aggregation
+    assert aggregation.method == "medoid" and aggregation.support == [1] and aggregation.answer is None
+    assert out["messages"][-1].content == "I do not know, sorry."
+    assert "no candidate stated an extractable final answer" in aggregation.details["fallback_reason"]
     with pytest.raises(AggregationError, match="no candidate stated an extractable final answer"):
-        build_aggregate_graph(chat(server), n=4).invoke(ASK)
+        build_aggregate_graph(chat(server), n=4, fallback=None).invoke(ASK)
+
+
+def test_candidates_that_failed_or_said_nothing_are_an_error_even_with_the_fallback(serve):
+    server = serve([""], fail_first=2, failure_status=400)
+    graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False, max_attempts=1))
+    with pytest.raises(AggregationError, match="every candidate failed or said nothing") as err:
+        graph.invoke(ASK)
+    assert len(err.value.sample_set.candidates) == 4 and len(err.value.sample_set.failed) == 2
 
 
 def test_injected_tags_and_instructions_get_one_vote(serve):
@@ -302,7 +315,7 @@ def test_concurrency_is_bounded(serve, run):
 def test_cut_off_candidates_do_not_vote_with_their_last_number(serve):
     server = serve(["24 + 13 = 37, so next 37 *"], finish_reason="length")
     with pytest.raises(AggregationError, match="no candidate stated an extractable final answer") as err:
-        build_aggregate_graph(chat(server), n=2).invoke(ASK)
+        build_aggregate_graph(chat(server), n=2, fallback=None).invoke(ASK)
     assert [c.finish_reason for c in err.value.sample_set.candidates] == ["length", "length"]
 
 

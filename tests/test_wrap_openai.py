@@ -226,13 +226,13 @@ def test_retries_are_the_wrapped_clients_own(serve) -> None:
     assert len(failed) == 3 and {c.error_status for c in failed} == {503}
 
 
-def test_candidates_without_a_final_answer_give_the_first_one_recorded(serve) -> None:
-    upstream = serve(["Hello! How can I help you today?", "Hi there, what do you need?"])
-    wrapped = wrap_openai(client(upstream), n=2)
+def test_candidates_without_a_final_answer_give_the_medoid_recorded(serve) -> None:
+    upstream = serve(["Hi there, what do you need?", "Hello! How can I help you today?", "Hello! How can I help?"])
+    wrapped = wrap_openai(client(upstream), n=3)
     response = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hello"}])
     assert response.choices[0].message.content == "Hello! How can I help you today?"
     aggregation = sample_sets_from(response)[0].aggregation
-    assert aggregation.method == "first_candidate" and "no candidate stated" in aggregation.details["reason"]
+    assert aggregation.method == "medoid" and "no candidate stated" in aggregation.details["fallback_reason"]
 
 
 def test_a_separate_aggregator_server_gets_its_own_key_and_model(serve) -> None:

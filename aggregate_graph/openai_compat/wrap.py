@@ -17,8 +17,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
-from aggregate_graph.aggregators import AggregationError, WeightedVote
-from aggregate_graph.graph import MAX_N, QuorumError, build_aggregate_graph, check_n
+from aggregate_graph.aggregators import WeightedVote
+from aggregate_graph.graph import MAX_N, build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
 from aggregate_graph.openai_compat.responses import AsyncChunkStream, ChunkStream, ChunkWriter, completion
@@ -41,27 +41,6 @@ def _unwrapped_create(client: Any) -> tuple[Callable[..., Any], bool]:
     """The client's own `create`, and whether it is async (its decorator hides that from `inspect`)."""
     completions = client.chat.completions
     return getattr(completions, _WRAPPED, None) or completions.create, isinstance(completions, AsyncCompletions)
-
-
-def first_candidate(exc: AggregationError) -> SampleSet:
-    """When no candidate states an answer that can be voted on (a greeting, an essay), the answer is the first
-    successful candidate — recorded as such — rather than an error that throws the candidates away."""
-    sample_set = exc.sample_set
-    if isinstance(exc, QuorumError) or sample_set is None or not sample_set.succeeded:
-        raise exc
-    chosen = sample_set.succeeded[0]
-    details = {**(sample_set.aggregation.details if sample_set.aggregation else {})}
-    details.update(fallback="first_candidate", reason=str(exc))
-    aggregation = Aggregation(
-        method="first_candidate",
-        answer=chosen.answer,
-        text=chosen.text,
-        support=[chosen.index],
-        # a model-backed aggregator that was asked still cost what it cost
-        usage=sample_set.aggregation.usage if sample_set.aggregation else None,
-        details=details,
-    )
-    return sample_set.model_copy(update={"aggregation": aggregation})
 
 
 class Aggregating:
@@ -190,16 +169,11 @@ class Aggregating:
 
     @staticmethod
     def _outcomes(results: list[Any]) -> list[SampleSet]:
-        """Each choice's sample set; a graph that raised for want of an answer gives its first candidate."""
-        sample_sets = []
+        """Each choice's sample set (with nothing to vote on, the graph gives the medoid candidate)."""
         for result in results:
-            if isinstance(result, AggregationError):
-                sample_sets.append(first_candidate(result))
-            elif isinstance(result, BaseException):
+            if isinstance(result, BaseException):
                 raise result
-            else:
-                sample_sets.append(result["sample_set"])
-        return sample_sets
+        return [result["sample_set"] for result in results]
 
     def run(self, plan: Plan) -> Any:
         graph, inputs = self.graph(plan), [_graph_input(plan)] * plan.choices
@@ -217,31 +191,23 @@ class Aggregating:
     def _stream(graph: CompiledStateGraph, plan: Plan) -> Iterator[Any]:
         writer, state = ChunkWriter(plan), {}
         yield writer.opening()
-        try:
-            for mode, data in graph.stream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
-                if mode == "values":
-                    state = data
-                elif (chunk := writer.event(mode, data)) is not None:
-                    yield chunk
-            sample_set = state["sample_set"]
-        except AggregationError as exc:
-            sample_set = first_candidate(exc)
-        yield from writer.closing(sample_set)
+        for mode, data in graph.stream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
+            if mode == "values":
+                state = data
+            elif (chunk := writer.event(mode, data)) is not None:
+                yield chunk
+        yield from writer.closing(state["sample_set"])
 
     @staticmethod
     async def _astream(graph: CompiledStateGraph, plan: Plan) -> AsyncIterator[Any]:
         writer, state = ChunkWriter(plan), {}
         yield writer.opening()
-        try:
-            async for mode, data in graph.astream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
-                if mode == "values":
-                    state = data
-                elif (chunk := writer.event(mode, data)) is not None:
-                    yield chunk
-            sample_set = state["sample_set"]
-        except AggregationError as exc:
-            sample_set = first_candidate(exc)
-        for chunk in writer.closing(sample_set):
+        async for mode, data in graph.astream(_graph_input(plan), stream_mode=["custom", "messages", "values"]):
+            if mode == "values":
+                state = data
+            elif (chunk := writer.event(mode, data)) is not None:
+                yield chunk
+        for chunk in writer.closing(state["sample_set"]):
             yield chunk
 
 

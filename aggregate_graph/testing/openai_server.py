@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from aggregate_graph.testing.threaded import ThreadedServer
 
-Reply = str | bytes
+Reply = str | bytes | dict[str, Any]
 NMode = Literal["honour", "ignore", "reject"]
 
 
@@ -31,11 +31,41 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
+def tool_calls_reply(*calls: tuple[str, dict[str, Any] | str], content: str | None = None) -> dict[str, Any]:
+    """A scripted reply that calls tools: `tool_calls_reply(("multiply", {"a": 6, "b": 7}))`."""
+    return {"content": content, "tool_calls": [{"name": name, "arguments": arguments} for name, arguments in calls]}
+
+
+def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
+    """A dict reply's tool calls in the OpenAI wire format (JSON-string arguments); none for text replies."""
+    if not isinstance(reply, dict):
+        return []
+    calls = []
+    for call in reply.get("tool_calls") or []:
+        args = call["arguments"] if isinstance(call["arguments"], str) else json.dumps(call["arguments"])
+        function = {"name": call["name"], "arguments": args}
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": function})
+    return calls
+
+
+def _text(reply: Reply) -> str:
+    """The reply's text content, as the stand-in tokenizer counts it (without tool-call arguments)."""
+    if isinstance(reply, dict):
+        return reply.get("content") or ""
+    return reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+
+
+def _completion_tokens(reply: Reply) -> int:
+    return count_tokens(_text(reply)) + sum(count_tokens(c["function"]["arguments"]) for c in _tool_calls(reply))
+
+
 class OpenAITestServer:
     """A real HTTP server in a background thread. Use as a context manager; `base_url` ends in `/v1`.
 
     replies: cycled over every sample served (a global counter), or a function `(request_body, sample_no)
-        -> reply`; a `bytes` reply is sent raw inside the JSON string, to test undecodable bodies.
+        -> reply`; a `bytes` reply is sent raw inside the JSON string, to test undecodable bodies. A dict reply
+        `{"content": str | None, "tool_calls": [{"name": ..., "arguments": dict | str}]}` (see `tool_calls_reply`)
+        calls tools, with finish_reason "tool_calls"; streamed, its calls come whole in one chunk after the content.
     n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
         (as many servers do), "reject" answers 400 to n > 1.
     failure_rate / failure_status / failure_message: share of requests answered with that error; fail_first:
@@ -154,9 +184,7 @@ class OpenAITestServer:
             prompt = " ".join(str(m.get("content") or "") for m in body.get("messages", []))
             replies = [self._reply(body, first + i) for i in range(n)]
             prompt_tokens = count_tokens(prompt)
-            completion_tokens = sum(
-                count_tokens(r.decode("utf-8", "replace") if isinstance(r, bytes) else r) for r in replies
-            )
+            completion_tokens = sum(_completion_tokens(r) for r in replies)
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
             if body.get("stream"):
@@ -173,7 +201,7 @@ class OpenAITestServer:
 
     async def _stream(self, model: str, reply: Reply, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
         """The reply as server-sent events, a word per chunk, `token_latency_s` apart."""
-        text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+        text, calls = _text(reply), _tool_calls(reply)
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
         head["model"] = model
 
@@ -186,9 +214,11 @@ class OpenAITestServer:
             if i and self.token_latency_s:
                 await asyncio.sleep(self.token_latency_s)
             yield chunk({"content": word})
-        yield chunk({}, self.finish_reason)
+        if calls:
+            yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+        yield chunk({}, "tool_calls" if calls else self.finish_reason)
         if include_usage:
-            completion_tokens = count_tokens(text)
+            completion_tokens = _completion_tokens(reply)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
             usage["total_tokens"] = prompt_tokens + completion_tokens
             yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
@@ -233,11 +263,14 @@ def _completion(
     raw: dict[str, bytes] = {}
     choices = []
     for i, reply in enumerate(replies):
+        message: dict[str, Any] = {"role": "assistant", "content": _text(reply)}
         if isinstance(reply, bytes):
-            marker = f"@@raw-{uuid.uuid4().hex}@@"
+            message["content"] = marker = f"@@raw-{uuid.uuid4().hex}@@"
             raw[marker] = reply
-            reply = marker
-        choices.append({"index": i, "message": {"role": "assistant", "content": reply}, "finish_reason": finish_reason})
+        elif calls := _tool_calls(reply):
+            message.update(content=_text(reply) or None, tool_calls=calls)
+        finish = "tool_calls" if "tool_calls" in message else finish_reason
+        choices.append({"index": i, "message": message, "finish_reason": finish})
     payload = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
