@@ -8,6 +8,7 @@ from aggregate_graph.aggregators import (
     BestOfN,
     GSRAggregator,
     MajorityVote,
+    Medoid,
     RecursiveAggregator,
     SSAAggregator,
     SSAStyle,
@@ -15,7 +16,8 @@ from aggregate_graph.aggregators import (
     WeightedVote,
 )
 from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
-from aggregate_graph.graph import AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
+from aggregate_graph.chat_model import AggregatingChatModel
+from aggregate_graph.graph import MSGPACK_TYPES, AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
 from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
@@ -24,12 +26,6 @@ from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_s
 from aggregate_graph.registry import load_aggregator, load_trained_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 from aggregate_graph.sampling import CandidatePolicy, Sampler
-
-# The types this package keeps in graph state. LangGraph's checkpoint serializer warns when it restores types
-# it was not told about (and will refuse them in strict mode); `checkpoint_serde()` allows these explicitly.
-MSGPACK_TYPES = [
-    ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
-] + [("aggregate_graph.sampling", "Draw")]
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
@@ -43,6 +39,7 @@ __all__ = [
     "AdaptiveSampling",
     "AggregateNode",
     "AggregateState",
+    "AggregatingChatModel",
     "Aggregation",
     "AggregationError",
     "Aggregator",
@@ -51,6 +48,7 @@ __all__ = [
     "CandidatePolicy",
     "GSRAggregator",
     "MajorityVote",
+    "Medoid",
     "QuorumError",
     "RecursiveAggregator",
     "SSAAggregator",

@@ -39,6 +39,12 @@ from aggregate_graph.sampling import (
 )
 
 MAX_N = 512
+# The types this package keeps in checkpoints: state values, and the `Draw` payloads of pending Sends.
+# LangGraph's serializer warns when it restores types it was not told about and refuses them in strict mode
+# (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
+MSGPACK_TYPES = [
+    ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
+] + [("aggregate_graph.sampling", "Draw")]
 _MEDOID = Medoid()
 
 
@@ -297,7 +303,7 @@ def build_aggregate_graph(
     min_candidates: int = 1,
     max_n: int = MAX_N,
     max_concurrency: int = 64,
-    checkpointer: BaseCheckpointSaver | None = None,
+    checkpointer: BaseCheckpointSaver | bool | None = None,
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
     fallback: Runnable[SampleSet, Aggregation] | None = _MEDOID,
@@ -344,7 +350,13 @@ def build_aggregate_graph(
     builder.add_conditional_edges("review", nodes.route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
-    return graph.with_config(max_concurrency=max_concurrency)
+    configured = graph.with_config(max_concurrency=max_concurrency)
+    # In strict mode LangGraph derives a msgpack allowlist from the state schema at compile time and applies it
+    # to the checkpointer the graph runs with, also one passed in config (the parent's, or LangGraph Server's
+    # own). `with_config`'s copy drops it (langgraph 1.2), so carry it over, with the Send payload type.
+    if getattr(graph, "_serde_allowlist", None) is not None:
+        configured._serde_allowlist = graph._serde_allowlist | set(MSGPACK_TYPES)
+    return configured
 
 
 __all__ = [

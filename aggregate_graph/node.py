@@ -13,7 +13,13 @@ from aggregate_graph.sampling import Sampler
 
 
 class AggregateNode(Runnable[Any, dict[str, Any]]):
-    """Answers the last human turn of the parent state with n candidates and an aggregator.
+    """Answers the parent state's conversation with n candidates and an aggregator.
+
+    `model` may be bound (`llm.bind_tools(tools)`, `.with_config(...)`): every candidate request carries the
+    tools, and when candidates call them the node returns the voted `tool_calls`, so it can be the agent node
+    of a tool loop (`tools_condition` → `ToolNode` → back). Candidates see the whole conversation, tool calls
+    and results included, except trailing AI messages: placed after a tool loop, the node writes the final
+    answer from the tool results rather than continuing the agent's draft.
 
     Returns `{"messages": [AIMessage]}`; the AIMessage's `response_metadata["sample_set"]` holds the sample
     set (load it with `SampleSet.model_validate`). It runs the prebuilt graph as a subgraph, so the parent's

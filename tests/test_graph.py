@@ -2,6 +2,9 @@
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -302,6 +305,49 @@ def test_checkpoint_serde_restores_state_without_unregistered_type_warnings(serv
         state = graph.get_state(config).values
     assert isinstance(state["sample_set"], SampleSet) and state["candidates"][0].answer == "42"
     assert "unregistered type" not in caplog.text
+
+
+STRICT_RESUME_WITH_A_SERVER_CHECKPOINTER = """
+import sys
+from langchain_core.messages import HumanMessage
+from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
+from aggregate_graph import Aggregator, MajorityVote, build_aggregate_graph
+
+class FailsOnce(Aggregator):
+    calls = 0
+    def aggregate(self, sample_set, config=None):
+        FailsOnce.calls += 1
+        if FailsOnce.calls == 1:
+            raise RuntimeError("aggregator down")
+        return MajorityVote().aggregate(sample_set)
+
+model = ChatOpenAI(base_url=sys.argv[1], api_key="k", model="m", max_retries=0)
+graph = build_aggregate_graph(model, n=2, aggregator=FailsOnce())
+# LangGraph Server hands the graph its own checkpointer through the config, as here
+config = {"configurable": {"thread_id": "t", "__pregel_checkpointer": InMemorySaver()}}
+try:
+    graph.invoke({"messages": [HumanMessage("q")]}, config)
+except RuntimeError:
+    pass
+print(graph.invoke(None, config)["sample_set"].aggregation.answer)
+"""
+
+
+def test_strict_msgpack_resume_with_a_checkpointer_from_the_config(serve):
+    """Under LANGGRAPH_STRICT_MSGPACK the platform's own checkpointer must restore this package's state types."""
+    server = serve(["#### 42"])
+    env = {**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"}
+    run = subprocess.run(
+        [sys.executable, "-c", STRICT_RESUME_WITH_A_SERVER_CHECKPOINTER, server.base_url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "42" and "Blocked deserialization" not in run.stderr
+    assert server.calls == 1  # resumed at the aggregation: the candidates were not drawn again
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])
