@@ -33,6 +33,13 @@ class AggregateNode(Runnable[Any, dict[str, Any]]):
         self.graph = build_aggregate_graph(model, n, **kwargs)
         self.name = kwargs.get("name", "aggregate")
 
+    def bind_tools(self, *args: Any, **kwargs: Any) -> Any:
+        """What agent builders call on a chat model: say which class is the chat model."""
+        raise TypeError(
+            "AggregateNode is a graph node, not a chat model: give an agent AggregatingChatModel(model, n=...) as its "
+            "model, or make this node the agent node with AggregateNode(model.bind_tools(tools), n=...)"
+        )
+
     @staticmethod
     def _messages(state: Any) -> dict[str, Any]:
         messages = state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)

@@ -197,6 +197,8 @@ def test_bound_models_keep_their_tools_and_n_everywhere_and_other_runnables_are_
     assert server.requests[0]["n"] == 2 and server.requests[0]["tools"]
     with pytest.raises(TypeError, match=r"got RunnableSequence$"):
         AggregateNode(ChatPromptTemplate.from_messages([("human", "{q}")]) | chat(server))
+    with pytest.raises(TypeError, match="not a chat model: give an agent AggregatingChatModel"):
+        create_react_agent(AggregateNode(chat(server), n=2), [multiply])
 
 
 def test_prebuilt_graph_and_node_schemas_generate_for_studio(serve):
