@@ -19,7 +19,7 @@ from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
 from pydantic import BaseModel
 from typing_extensions import TypedDict
 
-from aggregate_graph import AggregateNode, AggregatingChatModel, SampleSet, Sampler, build_aggregate_graph
+from aggregate_graph import AggregateNode, AggregatingChatModel, Sampler, SampleSet, build_aggregate_graph
 from aggregate_graph.testing import tool_calls_reply
 from tests.conftest import chat
 
