@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -25,6 +26,7 @@ from aggregate_graph import sample_sets_from
 from aggregate_graph.openai_compat.proxy import ProxyConfig, create_proxy_app, serve_proxy
 from aggregate_graph.testing import OpenAITestServer
 from aggregate_graph.testing.threaded import running
+from tests.test_openai_tools import CALL_6_7, CALL_6_8, MULTIPLY_TOOL, streamed_answer
 from tests.test_wrap_openai import QUESTION, SSA_OUTPUT, math_replies
 
 UPSTREAM_KEY = "UPSTREAMsecret0123456789"  # not shaped like an OpenAI key: only the exact match can scrub it
@@ -82,6 +84,32 @@ def test_langchain_chat_openai_works_by_changing_base_url(serve) -> None:
         answer = model.invoke([HumanMessage("What is 6 times 7?")])
         streamed = "".join(chunk.text for chunk in model.stream([HumanMessage("What is 6 times 7?")]))
     assert answer.content == "Six sevens: 42. The answer is 42." and "42" in streamed
+
+
+def test_an_unmodified_client_gets_aggregated_tool_calls_and_json(serve) -> None:
+    upstream = serve([CALL_6_7, CALL_6_8, CALL_6_7])
+    with proxy_for(upstream, n=3) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        response = client.chat.completions.create(model="m", messages=QUESTION, tools=[MULTIPLY_TOOL])
+        streamed = streamed_answer(
+            client.chat.completions.create(model="m", messages=QUESTION, tools=[MULTIPLY_TOOL], stream=True)
+        )
+        upstream.replies = ['{"a": 1, "b": 2}', '{"a": 3}', '{"b": 2, "a": 1}']
+        structured = client.chat.completions.create(
+            model="m", messages=QUESTION, response_format={"type": "json_object"}
+        )
+    [choice] = response.choices
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("multiply", {"a": 6, "b": 7})
+    assert sample_sets_from(response)[0].aggregation.method == "tool_call_vote"
+    content, calls, finish = streamed
+    assert (content, finish) == ("", "tool_calls")
+    assert [(c["name"], c["arguments"]) for c in calls] == [("multiply", {"a": 6, "b": 7})]
+    assert json.loads(structured.choices[0].message.content) == {"a": 1, "b": 2}
+    assert sample_sets_from(structured)[0].aggregation.votes == {'{"a":1,"b":2}': 2.0, '{"a":3}': 1.0}
+    assert [r.get("tools") for r in upstream.requests] == [[MULTIPLY_TOOL]] * 2 + [None]
+    assert upstream.requests[-1]["response_format"] == {"type": "json_object"}
 
 
 def test_models_lists_the_upstreams_and_each_method_prefix(serve) -> None:
@@ -153,7 +181,12 @@ def test_keys_are_required_and_checked(serve) -> None:
             400,
             "no text",
         ),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "'tools' asks for tool calls"),
+        ({"functions": [{"name": "f"}]}, 400, "'functions' is the deprecated form of 'tools'"),
+        (
+            {"response_format": {"type": "json_schema"}, "extra_body": {"aggregation": {"method": "usc"}}},
+            400,
+            "structured output .* is aggregated by vote",
+        ),
     ],
 )
 def test_bad_requests_get_openai_errors(serve, request_options, status, match) -> None:
@@ -206,7 +239,7 @@ def test_slots_are_freed_after_streams_errors_and_refusals(serve) -> None:
             list(client.chat.completions.create(model="m", messages=QUESTION, stream=True))
             with client.chat.completions.create(model="m", messages=QUESTION, stream=True) as stream:
                 next(iter(stream))  # the client hangs up after one chunk
-            _error(lambda: client.chat.completions.create(model="m", messages=QUESTION, tools=[_tool_call("{}")]))
+            _error(lambda: client.chat.completions.create(model="m", messages=QUESTION, logprobs=True))
             _error(lambda: client.chat.completions.create(model="m", messages=QUESTION, n=10**6))
         time.sleep(0.5)  # the abandoned stream's slot is freed when the server notices
         response = client.chat.completions.create(model="m", messages=QUESTION)  # not 429: every slot came back

@@ -175,8 +175,11 @@ def test_extra_body_turns_aggregation_off_or_changes_n_and_method(serve) -> None
 @pytest.mark.parametrize(
     ("options", "match"),
     [
-        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "'tools' asks for tool calls"),
-        ({"response_format": {"type": "json_object"}}, "'response_format' asks for structured output"),
+        ({"functions": [{"name": "f", "parameters": {}}]}, "'functions' is the deprecated form of 'tools'"),
+        (
+            {"model": "ssa/m", "response_format": {"type": "json_object"}},
+            "structured output .* is aggregated by vote .* method 'ssa' does not apply",
+        ),
         ({"logprobs": True}, "log-probabilities"),
         ({"stream": True, "n": 2}, "stream=True gives one aggregated answer"),
         ({"stream": "false"}, "stream must be a boolean"),

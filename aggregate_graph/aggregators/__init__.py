@@ -6,6 +6,7 @@ from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.recursive import RecursiveAggregator
 from aggregate_graph.aggregators.ssa import SSAAggregator, SSAStyle, parse_ssa_output, render_ssa_prompt
+from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.aggregators.tool_calls import canonical_json, tool_plan, vote_tool_calls
 from aggregate_graph.aggregators.usc import USCAggregator, parse_usc_choice, render_usc_prompt
 from aggregate_graph.aggregators.weighted import WeightedVote, source_of
@@ -21,6 +22,7 @@ __all__ = [
     "RecursiveAggregator",
     "SSAAggregator",
     "SSAStyle",
+    "StructuredVote",
     "USCAggregator",
     "WeightedVote",
     "canonical_json",

@@ -11,11 +11,45 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.exceptions import OutputParserException
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_openai_messages
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import InvalidToolCall, ToolCall, ToolCallChunk, tool_call_chunk
+from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import ConfigDict, Field
+
+
+def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+    """A choice message's function tool calls as LangChain's: arguments parsed, or invalid when not JSON."""
+    calls, invalid = [], []
+    for raw in getattr(message, "tool_calls", None) or []:
+        if getattr(raw, "type", "function") != "function" or getattr(raw, "function", None) is None:
+            continue  # a custom tool's call has free-form input, not JSON arguments
+        raw_call = {"id": raw.id, "function": {"name": raw.function.name, "arguments": raw.function.arguments}}
+        try:
+            if (parsed := parse_tool_call(raw_call, return_id=True)) is not None:
+                calls.append(parsed)
+        except OutputParserException as exc:
+            invalid.append(make_invalid_tool_call(raw_call, str(exc)))
+    return calls, invalid
+
+
+def _tool_call_chunks(delta: Any) -> list[ToolCallChunk]:
+    """A streamed delta's pieces of tool calls (LangChain joins them by `index`)."""
+    chunks = []
+    for raw in getattr(delta, "tool_calls", None) or []:
+        function = raw.function
+        chunks.append(
+            tool_call_chunk(
+                name=function.name if function else None,
+                args=function.arguments if function else None,
+                id=raw.id,
+                index=raw.index,
+            )
+        )
+    return chunks
 
 
 def _usage(usage: Any) -> UsageMetadata | None:
@@ -67,8 +101,11 @@ class OpenAIClientChatModel(BaseChatModel):
         generations = []
         for i, choice in enumerate(response.choices):
             meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
+            tool_calls, invalid_tool_calls = _tool_calls(choice.message)
             message = AIMessage(
                 content=choice.message.content or "",
+                tool_calls=tool_calls,
+                invalid_tool_calls=invalid_tool_calls,
                 response_metadata=meta,
                 id=response.id,
                 # The request's usage, once: a request with n choices bills its prompt once.
@@ -114,7 +151,10 @@ class OpenAIClientChatModel(BaseChatModel):
             return ChatGenerationChunk(message=AIMessageChunk(content="", usage_metadata=usage))
         choice = event.choices[0]
         meta = {"finish_reason": choice.finish_reason, "model_name": event.model} if choice.finish_reason else {}
-        return ChatGenerationChunk(message=AIMessageChunk(content=choice.delta.content or "", response_metadata=meta))
+        message = AIMessageChunk(
+            content=choice.delta.content or "", response_metadata=meta, tool_call_chunks=_tool_call_chunks(choice.delta)
+        )
+        return ChatGenerationChunk(message=message)
 
     def _stream(
         self,

@@ -1,6 +1,7 @@
-"""Reading a chat-completions request as an aggregation plan: which options go to the candidates, which
-control the aggregation (`extra_body={"aggregation": {...}}` or a `method/` model prefix), and which cannot
-be aggregated and are refused rather than silently dropped."""
+"""Reading a chat-completions request as an aggregation plan: which options go to the candidates (`tools` and
+`response_format` included: tool calls and JSON objects are voted on), which control the aggregation
+(`extra_body={"aggregation": {...}}` or a `method/` model prefix), and which cannot be aggregated and are
+refused rather than silently dropped."""
 
 from __future__ import annotations
 
@@ -16,17 +17,18 @@ from aggregate_graph.registry import AGGREGATOR_NAMES
 OPTIONS_KEY = "aggregation"
 METHODS = AGGREGATOR_NAMES  # a request's method is any registry name: one list for every surface
 
-# Options whose result cannot be aggregated from candidates' final answers: a tool call, a JSON object, the
-# candidates' token log-probabilities or audio are not what the aggregated answer is made of.
+# Options whose result cannot be aggregated from candidates' answers: the candidates' token log-probabilities,
+# audio or a predicted output are not what the aggregated answer is made of. (Tool calls and structured output
+# are voted on: `tools` and `response_format` go to every candidate.)
 _REFUSED = {
-    "tools": "tool calls",
-    "functions": "function calls",
-    "response_format": "structured output",
     "logprobs": "log-probabilities",
     "top_logprobs": "log-probabilities",
     "audio": "audio output",
     "prediction": "predicted outputs",
 }
+_LEGACY = {"functions": "tools", "function_call": "tool_choice"}  # deprecated options and what replaced them
+STRUCTURED_FORMATS = ("json_object", "json_schema")  # response_format types aggregated by `StructuredVote`
+VOTE_METHODS = ("majority",)  # request methods that mean "vote", which is how structured output is aggregated
 
 
 class RequestError(BadRequestError, ValueError):
@@ -67,6 +69,16 @@ class Plan:
     stream: bool
     include_usage: bool
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def structured(self) -> bool:
+        """Whether the request asks for JSON (`response_format` json_object / json_schema): the candidates'
+        parsed objects are voted on."""
+        return _format_type(self.params.get("response_format")) in STRUCTURED_FORMATS
+
+
+def _format_type(response_format: Any) -> Any:
+    return response_format.get("type") if isinstance(response_format, dict) else None
 
 
 def given(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -119,6 +131,14 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     )
 
 
+def _as_dict(message: Any) -> Any:
+    """A message as JSON, as the openai client sends it: the `choices[0].message` of a response, appended to the
+    conversation as OpenAI's tool-calling guide does, is a pydantic model."""
+    if isinstance(message, BaseModel):
+        return message.model_dump(mode="json", exclude_unset=True, exclude=getattr(message, "__api_exclude__", None))
+    return message
+
+
 def _positive_int(value: Any, param: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RequestError(f"{param} must be a positive integer, got {value!r}", param=param)
@@ -135,12 +155,19 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     messages = kwargs.pop("messages", None)
     if not isinstance(messages, list | tuple) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
+    messages = [_as_dict(m) for m in messages]
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         raise RequestError("messages: each message must be an object with a 'role'", param="messages")
     question = last_user_text(messages)
+    for key, replacement in _LEGACY.items():
+        if kwargs.get(key) not in (None, [], {}):
+            raise RequestError(
+                f"{key!r} is the deprecated form of {replacement!r}; send {replacement!r}, whose calls are aggregated "
+                "by voting on the candidates' tool calls",
+                param=key,
+            )
     for key, what in _REFUSED.items():
-        value = kwargs.get(key)
-        if value in (None, False, [], {}) or (key == "response_format" and value == {"type": "text"}):
+        if kwargs.get(key) in (None, False, [], {}):
             continue
         raise RequestError(
             f"{key!r} asks for {what}, which cannot be aggregated from candidate answers; send the request "
@@ -153,6 +180,14 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     method = options.method or method_from_model
     if method is not None and method not in METHODS:
         raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
+    response_format = kwargs.get("response_format")
+    if method is not None and method not in VOTE_METHODS and _format_type(response_format) in STRUCTURED_FORMATS:
+        raise RequestError(
+            f"structured output (response_format {_format_type(response_format)!r}) is aggregated by vote on the "
+            f"candidates' parsed JSON; method {method!r} does not apply (use {' or '.join(VOTE_METHODS)}, or name "
+            "no method)",
+            param="method" if options.method else "model",
+        )
     choices = 1 if (n := kwargs.pop("n", None)) is None else _positive_int(n, "n")
     stream = kwargs.pop("stream", None) or False
     if not isinstance(stream, bool):
@@ -164,7 +199,7 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
         raise RequestError("stream=True gives one aggregated answer; use n=1, or stream=False for n answers", "n")
     return Plan(
         model=model,
-        messages=list(messages),
+        messages=messages,
         question=question,
         method=method,
         n=options.n,

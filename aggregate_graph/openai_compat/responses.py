@@ -1,10 +1,12 @@
-"""Sample sets as OpenAI responses: a `ChatCompletion` whose choices are aggregated answers, or the chunks of
-a stream — candidate progress first, then the aggregator model's tokens as they are produced, then the
-answer. Either way the sample sets ride along in an extra `sample_sets` field (`sample_sets_from` reads it).
+"""Sample sets as OpenAI responses: a `ChatCompletion` whose choices are aggregated answers (text, or the tool
+calls the candidates voted for), or the chunks of a stream — candidate progress first, then the aggregator
+model's tokens as they are produced, then the answer. Either way the sample sets ride along in an extra
+`sample_sets` field (`sample_sets_from` reads it).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,16 +34,41 @@ def _reasoning(sample_set: SampleSet) -> str | None:
 
 
 def finish_reason(sample_set: SampleSet) -> str:
-    """ "length" when the answer given is a candidate's text that the token limit cut off, else "stop"."""
-    chosen = (c for c in sample_set.succeeded if c.text == sample_set.aggregation.text)
+    """ "tool_calls" when the candidates voted to call tools; "length" when the answer given is a candidate's
+    text that the token limit cut off; else "stop"."""
+    if sample_set.aggregation.tool_calls:
+        return "tool_calls"
+    chosen = (c for c in sample_set.succeeded if c.text == sample_set.aggregation.text and not c.tool_calls)
     return next((c.finish_reason for c in chosen if c.finish_reason), None) or "stop"
 
 
+def openai_tool_calls(sample_set: SampleSet) -> list[dict[str, Any]]:
+    """The agreed tool calls in the OpenAI wire format (JSON-string arguments), each with the call id the
+    candidate that proposed the plan got from its server (a new one when it had none)."""
+    return [
+        {
+            "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": call["name"], "arguments": json.dumps(call.get("args") or {}, ensure_ascii=False)},
+        }
+        for call in sample_set.aggregation.tool_calls
+    ]
+
+
+def _content(sample_set: SampleSet) -> str | None:
+    """The answer's text; None (as OpenAI sends it) for a tool-call message with no text."""
+    text = sample_set.aggregation.text
+    return None if not text and sample_set.aggregation.tool_calls else text
+
+
 def completion(plan: Plan, sample_sets: list[SampleSet]) -> ChatCompletion:
-    """One choice per sample set: the aggregated text; `usage` is every candidate's and aggregator's."""
+    """One choice per sample set: the aggregated text, or the agreed tool calls; `usage` is every candidate's
+    and aggregator's."""
     choices = []
     for i, sample_set in enumerate(sample_sets):
-        message: dict[str, Any] = {"role": "assistant", "content": sample_set.aggregation.text}
+        message: dict[str, Any] = {"role": "assistant", "content": _content(sample_set)}
+        if tool_calls := openai_tool_calls(sample_set):
+            message["tool_calls"] = tool_calls
         if (reasoning := _reasoning(sample_set)) is not None:
             message["reasoning_content"] = reasoning
         choices.append({"index": i, "message": message, "finish_reason": finish_reason(sample_set), "logprobs": None})
@@ -102,11 +129,15 @@ class ChunkWriter:
         return None
 
     def closing(self, sample_set: SampleSet) -> list[ChatCompletionChunk]:
-        """The answer, the finish (with the sample set) and, when asked for, the usage chunk."""
-        chunks = [
-            self.chunk({"content": sample_set.aggregation.text}),
-            self.chunk({}, finish_reason(sample_set), **{SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]}),
-        ]
+        """The answer (its text, then its tool calls, whole, in one delta), the finish (with the sample set) and,
+        when asked for, the usage chunk."""
+        chunks = []
+        if (content := _content(sample_set)) is not None:
+            chunks.append(self.chunk({"content": content}))
+        if tool_calls := openai_tool_calls(sample_set):
+            chunks.append(self.chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(tool_calls)]}))
+        finish = self.chunk({}, finish_reason(sample_set), **{SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]})
+        chunks.append(finish)
         if self.plan.include_usage:
             usage = _usage([sample_set])
             chunks.append(ChatCompletionChunk.model_validate({**self.head, "choices": [], "usage": usage}))

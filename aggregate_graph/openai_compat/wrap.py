@@ -17,7 +17,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
-from aggregate_graph.aggregators import WeightedVote
+from aggregate_graph.aggregators import StructuredVote, WeightedVote
 from aggregate_graph.graph import MAX_N, build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
@@ -147,7 +147,9 @@ class Aggregating:
         min_candidates = plan.min_candidates or min(self.min_candidates, n)
         if min_candidates > n:
             raise RequestError(f"min_candidates={min_candidates} is more than n={n}", param="min_candidates")
-        if plan.method is not None:
+        if plan.structured:  # JSON output: the parsed objects are voted on (plan_request refused other methods)
+            aggregator: Runnable[SampleSet, Aggregation] = StructuredVote()
+        elif plan.method is not None:
             aggregator = self._aggregator_for(plan.method, plan)
         elif isinstance(self.aggregator, str):
             aggregator = self._aggregator_for(self.aggregator, plan)
@@ -227,6 +229,11 @@ def wrap_openai(
 ) -> Any:
     """Patch `client.chat.completions.create` (an `OpenAI` or `AsyncOpenAI`, Azure included) to answer with
     an aggregation of `n` candidates, and return the same client.
+
+    With `tools`, the candidates' choices are voted on first: each distinct tool plan (the same calls with equal
+    arguments, in any order) is one choice and answering now another; a winning plan comes back as the
+    message's `tool_calls` (finish_reason "tool_calls"). With `response_format` json_object / json_schema the
+    candidates' parsed JSON objects are voted on (`StructuredVote`) whatever the aggregator.
 
     `aggregator` is a name from `registry.AGGREGATOR_NAMES` or any runtime Aggregator. "majority" and "weighted"
     (the `WeightedVote` in the `aggregator_weights` file, which it requires) are votes; "ssa", "gsr" and "usc"
