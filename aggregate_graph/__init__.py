@@ -15,8 +15,16 @@ from aggregate_graph.aggregators import (
     USCAggregator,
     WeightedVote,
 )
-from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
+from aggregate_graph.answers import (
+    ABSTENTIONS,
+    equivalent,
+    extract_answer,
+    group_equivalent,
+    normalize_answer,
+    stated_answer,
+)
 from aggregate_graph.chat_model import AggregatingChatModel
+from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import MSGPACK_TYPES, AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
 from aggregate_graph.models import build_pool, load_chat_model
@@ -35,8 +43,10 @@ def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
 
 
 __all__ = [
+    "ABSTENTIONS",
     "MSGPACK_TYPES",
     "AdaptiveSampling",
+    "AggregateGraphError",
     "AggregateNode",
     "AggregateState",
     "AggregatingChatModel",
@@ -77,5 +87,6 @@ __all__ = [
     "pool_metrics",
     "read_sample_sets",
     "sample_sets_from",
+    "stated_answer",
     "wrap_openai",
 ]

@@ -39,10 +39,11 @@ VERIFY_TIMEOUT_S = 2.0
 # Longer "answers" are prose, not a final answer; comparing them symbolically costs much and means little.
 MAX_ANSWER_CHARS = 200
 
-_GSM8K = re.compile(r"####\s*([^\n]+)")
-_ANSWER_IS = re.compile(
-    r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*(.+?)(?:\.\s|\.?\s*$|\n)", re.IGNORECASE
-)
+_GSM8K = re.compile(r"####\s*")  # its answer: the rest of that line, up to a sentence end
+_ANSWER_IS = re.compile(r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
+_STATED = re.compile(r"(.+?)(?:\.\s|\.?\s*$|\n)")  # what follows "The answer is": up to a sentence end
+_SENTENCE_END = re.compile(r"\.(?:\s|$)")
+_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
 
 
@@ -81,27 +82,120 @@ def _last_answer_tag(text: str) -> str | None:
     return text[open_at + len("<answer>") : close] if open_at >= 0 else None
 
 
+def _after_last_marker(text: str) -> str | None:
+    """The answer after the last `####` that has one: the rest of its line, cut at a sentence end, so that
+    `"#### 41'. Now: #### 99"` gives 99 and `"#### 18. Done."` gives 18."""
+    for mark in reversed(list(_GSM8K.finditer(text))):
+        line = text[mark.end() :].split("\n", 1)[0]
+        if end := _SENTENCE_END.search(line):
+            line = line[: end.start()]
+        if line := line.strip().strip("'\"").strip():
+            return line
+    return None
+
+
+def _after_last_stated(text: str) -> str | None:
+    """The answer after the last "The answer is" (or "Final answer:", "answer =") that states one."""
+    for mark in reversed(list(_ANSWER_IS.finditer(text))):
+        if (stated := _STATED.match(text, mark.end())) and stated.group(1).strip(" .$*`"):
+            return _last_boxed(stated.group(1)) or stated.group(1)
+    return None
+
+
+def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | None]:
+    """The answer and how it was found: "boxed", "tag", "marker", "stated", "number"; or (None, None)."""
+    if not text:
+        return None, None
+    found, how = _last_boxed(text), "boxed"
+    if found is None and (tag := _last_answer_tag(text)) is not None:
+        found, how = _last_boxed(tag) or tag.strip(), "tag"
+    if found is None:
+        found, how = _after_last_marker(text), "marker"
+    if found is None:
+        found, how = _after_last_stated(text), "stated"
+    if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
+        found, how = numbers[-1], "number"
+    found = found.strip().strip("$*`").strip() if found is not None else None  # markdown too: "is **18**."
+    return (found, how) if found else (None, None)
+
+
 def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
     """The final answer stated in a solution, or None.
 
-    Tried in order: the last `\\boxed{…}`, the last `<answer>…</answer>`, GSM8K's `#### N`, the last
+    Tried in order: the last `\\boxed{…}`, the last `<answer>…</answer>`, the last GSM8K `#### N`, the last
     "The answer is …", and finally (unless `last_number=False`, as for a cut-off solution) the last number.
+    An abstention ("unknown", "cannot be determined") is returned as stated: `stated_answer` screens it out.
     """
-    if not text:
+    return _extract(text, last_number)[0]
+
+
+# What a candidate says when it gives no answer. Each entry is a case-insensitive regular expression searched in
+# the extracted answer (trimmed, `$`/`*`/quotes/`\text{}` and a trailing `.` removed); the text it matches is the
+# reason recorded. Single words are anchored (`^none$`) so that "0, since none of them…" still answers 0. Drop
+# entries (or pass `()`) where such an answer is legitimate, e.g. "none" for an empty set or a multiple choice.
+ABSTENTIONS: tuple[str, ...] = (
+    r"^unknown$",
+    r"^(?:undefined|indeterminate|undetermined|unanswerable|not applicable|no answer|no solution|n/a|nan|null)$",
+    r"^none$",
+    r"^\[?invalid\]?$",
+    r"\b(?:cannot|can ?not|can't|could not|couldn't|is not able to) be (?:determined|calculated|computed|found|"
+    r"answered|known|solved|decided|deduced)\b",
+    r"(?:\bnot |n't |\bim)possible to (?:determine|calculate|compute|know|tell|say|answer|find|solve|decide)\b",
+    r"\b(?:unable|not able) to (?:determine|calculate|compute|answer|find|solve|decide)\b",
+    r"\b(?:not enough|insufficient|incomplete|missing) (?:information|info|data|details)\b",
+    r"(?:\bnot|n't|\bno) (?:have |give |gives |provide |provides |contain |contains |include |includes )?"
+    r"(?:enough|sufficient) (?:information|info|data|details)\b",
+    r"\b(?:is|are|remains?) (?:unknown|undefined|indeterminate|undetermined)\b",
+)
+
+_WRAPPED = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+
+
+@lru_cache(maxsize=64)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+
+
+def abstention(answer: str | None, patterns: Sequence[str] = ABSTENTIONS) -> str | None:
+    """Why `answer` is no answer at all ("unknown", "cannot be determined", "[invalid]", …): the text of the
+    first of `patterns` (regular expressions, default `ABSTENTIONS`) it matches, lowercased; else None.
+    `patterns=()` lets every answer vote."""
+    if not answer or not patterns:
         return None
-    found: str | None = _last_boxed(text)
-    if found is None and (tag := _last_answer_tag(text)) is not None:
-        found = _last_boxed(tag) or tag.strip()
-    if found is None and (marks := _GSM8K.findall(text)):
-        found = marks[-1]
-    if found is None and (stated := _ANSWER_IS.findall(text)):
-        found = _last_boxed(stated[-1]) or stated[-1]
-    if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
-        found = numbers[-1]
-    if found is None:
-        return None
-    found = found.strip().strip("$*`").strip()  # also markdown emphasis: "The answer is **18**."
-    return found or None
+    cleaned = " ".join(_WRAPPED.sub(r"\1", answer[:2000]).split()).strip("$*`'\"“”’ ").rstrip(".!").strip()
+    for pattern in _compiled(tuple(patterns)):
+        if found := pattern.search(cleaned):
+            return found.group(0).lower()
+    return None
+
+
+def screen_answer(answer: str | None, patterns: Sequence[str] = ABSTENTIONS) -> tuple[str | None, str | None]:
+    """`(answer, None)` for an answer that votes, `(None, reason)` for an abstention (see `abstention`).
+    The one rule shared by the runtime (`stated_answer`) and the pool loaders (`aggregate_graph.pools`)."""
+    reason = abstention(answer, patterns)
+    return (None, reason) if reason is not None else (answer, None)
+
+
+def stated_answer(
+    text: str | None, *, last_number: bool = True, abstentions: Sequence[str] = ABSTENTIONS
+) -> tuple[str | None, str | None]:
+    """`(answer, None)`, or `(None, reason)` when the solution abstains: its extracted answer is an abstention
+    ("The answer is unknown."), or it states no explicit answer and abstains after its last number or in its last
+    sentence ("… 3 + 4 = 7 trucks. The answer cannot be determined.", "It cannot be determined without the 20%
+    rise.": their numbers must not vote). A solution cut off (`last_number=False`) abstains only by an explicit
+    answer ("The answer is unknown."), never by the prose it was cut in."""
+    found, how = _extract(text, last_number)
+    if found is not None and (reason := abstention(found, abstentions)) is not None:
+        return None, reason
+    if text and abstentions and last_number and how in (None, "number"):  # a cut-off text abstained from nothing
+        tail = text[-2000:].strip()
+        numbers = list(_NUMBER.finditer(tail))
+        after_last_number = tail[numbers[-1].end() :] if numbers else tail
+        last_sentence = _SENTENCES.split(tail)[-1]
+        for part in (after_last_number, last_sentence):
+            if (reason := abstention(part, abstentions)) is not None:
+                return None, reason
+    return found, None
 
 
 _NUMBER_WITH_UNIT = re.compile(r"^(-?\$?[\d,]*\.?\d+)\s+[A-Za-z]{2,}[A-Za-z ]*\.?$")

@@ -13,7 +13,8 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 
-from aggregate_graph.aggregators import AggregationError, Aggregator
+from aggregate_graph.aggregators import Aggregator
+from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import MAX_N, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, SHIPPED_SSA, load_aggregator
@@ -116,7 +117,7 @@ def ask(args: argparse.Namespace) -> int:
                 )
             else:
                 state = chunk
-    except AggregationError as exc:
+    except AggregateGraphError as exc:
         if exc.sample_set is not None:
             _show(exc.sample_set, sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
@@ -225,13 +226,7 @@ def proxy(args: argparse.Namespace) -> int:
             max_request_s=args.max_request_seconds,
             **keys,
         )
-        print(
-            f"proxy on http://{args.host}:{args.port}/v1 → {args.upstream} (aggregator: {args.aggregator}, "
-            f"n={args.n}, client key {'required' if config.api_key else 'not required'})",
-            file=sys.stderr,
-            flush=True,
-        )
-        serve_proxy(config, host=args.host, port=args.port)
+        serve_proxy(config, host=args.host, port=args.port)  # it prints its banner once its checks pass
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,7 @@ from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio'
 from aggregate_graph.aggregators import AggregationError, MajorityVote, Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
 from aggregate_graph.answers import group_equivalent
+from aggregate_graph.errors import QuorumError
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
@@ -46,10 +47,6 @@ MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
 _MEDOID = Medoid()
-
-
-class QuorumError(AggregationError):
-    """Fewer candidates succeeded than `min_candidates`."""
 
 
 class AdaptiveSampling(BaseModel):
@@ -210,7 +207,7 @@ class _Nodes:
         return sample_set
 
     @staticmethod
-    def _failure_record(exc: AggregationError) -> SampleSet | None:
+    def _failure_record(exc: AggregationError | QuorumError) -> SampleSet | None:
         """What the log keeps of a run that could not be aggregated: every candidate, and why."""
         if exc.sample_set is None:
             return None
@@ -270,7 +267,7 @@ class _Nodes:
         store = get_store()
         try:
             sample_set = self._decide(self._sample_set(state), config)
-        except AggregationError as exc:
+        except (AggregationError, QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 log_sample_set(store, record, self.log_namespace)
             raise
@@ -282,7 +279,7 @@ class _Nodes:
         store = get_store()
         try:
             sample_set = await self._adecide(self._sample_set(state), config)
-        except AggregationError as exc:
+        except (AggregationError, QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 await alog_sample_set(store, record, self.log_namespace)
             raise

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from langchain_core.runnables import Runnable
 
 from aggregate_graph.aggregators.base import AggregationError
 from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.answers import equivalent, normalize_answer, numeric_value
+from aggregate_graph.answers import ABSTENTIONS, equivalent, normalize_answer, numeric_value, screen_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 ENV_VAR = "AGGREGATE_GRAPH_DATA"
@@ -104,6 +104,16 @@ def faithful_cot_answer(raw: Any) -> str | None:
     return numbers[-1] if numbers else None
 
 
+def _screened(
+    raw: str | None, abstentions: Sequence[str], rule: Callable[[str], str | None] | None = None
+) -> dict[str, str | None]:
+    """A candidate's `answer` and `abstention` from a pool's recorded answer, by the runtime's rule
+    (`answers.screen_answer`): an abstention ("The answer cannot be determined …") does not vote and its reason is
+    kept; any other answer goes through `rule`, the pool's own extraction."""
+    answer, reason = screen_answer(raw, abstentions)
+    return {"answer": rule(answer) if rule is not None and answer is not None else answer, "abstention": reason}
+
+
 def faithful_cot_configs(lms: Iterable[str] | None = None, prompts: Iterable[str] | None = None) -> list[str]:
     """Config names for some LMs × prompts (default all), e.g. `faithful_cot_configs(prompts=["COT"])`."""
     lms = set(FAITHFUL_COT_LMS if lms is None else lms)
@@ -111,11 +121,15 @@ def faithful_cot_configs(lms: Iterable[str] | None = None, prompts: Iterable[str
     return [c for c in FAITHFUL_COT_CONFIGS if c.rsplit("_", 1)[0] in lms and c.rsplit("_", 1)[1] in prompts]
 
 
-def load_faithful_cot(configs: Iterable[str] | None = None, data: str | Path | None = None) -> list[SampleSet]:
+def load_faithful_cot(
+    configs: Iterable[str] | None = None, data: str | Path | None = None, *, abstentions: Sequence[str] = ABSTENTIONS
+) -> list[SampleSet]:
     """GSM8K test (1319 problems) with one candidate per Faithful-CoT config (`<LM>_<prompt>`, default all 30).
 
     Candidates come in `FAITHFUL_COT_CONFIGS` order (index 0..k-1), whatever order `configs` lists them in;
     `model` is the LM, `params` is `{"prompt": …}`, `text` the completion (reasoning or Python program).
+    The `answer` field goes through `faithful_cot_answer`, unless it is an abstention ("[invalid]", "The answer
+    cannot be determined …", see `answers.ABSTENTIONS`; `abstentions=()` keeps the README's rule alone).
     """
     wanted = {configs} if isinstance(configs, str) else set(FAITHFUL_COT_CONFIGS if configs is None else configs)
     if unknown := sorted(wanted - set(FAITHFUL_COT_CONFIGS)):
@@ -136,11 +150,12 @@ def load_faithful_cot(configs: Iterable[str] | None = None, data: str | Path | N
         for index, config in enumerate(chosen):
             lm, prompt = config.rsplit("_", 1)
             row = by_config[config][i]
+            raw = row.get("answer")
             candidates.append(
                 Candidate(
                     index=index,
                     text=row.get("completion") or "",
-                    answer=faithful_cot_answer(row.get("answer")),
+                    **_screened(None if raw is None else str(raw), abstentions, faithful_cot_answer),
                     model=lm,
                     params={"prompt": prompt},
                 )
@@ -164,9 +179,10 @@ def _after_last_a(solution: str) -> str | None:
     return solution.rsplit("A:", 1)[-1].strip() or None
 
 
-def load_gpt3_solutions(data: str | Path | None = None) -> list[SampleSet]:
+def load_gpt3_solutions(data: str | Path | None = None, *, abstentions: Sequence[str] = ABSTENTIONS) -> list[SampleSet]:
     """GSM8K test with the 4 GPT-3 systems of Cobbe et al. 2021 as candidates, in `GPT3_SYSTEMS` order.
-    The answer is the text after the last `A:`; `params["is_correct"]` is the dataset's own verdict."""
+    The answer is the text after the last `A:` (an abstention does not vote, see `load_faithful_cot`);
+    `params["is_correct"]` is the dataset's own verdict."""
     rows = _jsonl(_file(data, "samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"))
     return [
         SampleSet(
@@ -177,7 +193,7 @@ def load_gpt3_solutions(data: str | Path | None = None) -> list[SampleSet]:
                 Candidate(
                     index=index,
                     text=row[system]["solution"],
-                    answer=_after_last_a(row[system]["solution"]),
+                    **_screened(_after_last_a(row[system]["solution"]), abstentions),
                     model=system,
                     params={"is_correct": row[system]["is_correct"]},
                 )
@@ -190,8 +206,9 @@ def load_gpt3_solutions(data: str | Path | None = None) -> list[SampleSet]:
     ]
 
 
-def load_qwen_math(data: str | Path | None = None) -> list[SampleSet]:
-    """MATH test problems 0-99 with 8 Qwen2.5-Math-Instruct CoT samples each. `answer` is the pool's `pred`;
+def load_qwen_math(data: str | Path | None = None, *, abstentions: Sequence[str] = ABSTENTIONS) -> list[SampleSet]:
+    """MATH test problems 0-99 with 8 Qwen2.5-Math-Instruct CoT samples each. `answer` is the pool's `pred`
+    (an abstention does not vote, see `load_faithful_cot`);
     `params` keeps its sympy verdict `score` and the Qwen2.5-Math-RM-72B reward `pred_score` (`[float]`),
     e.g. for `BestOfN(score_from_params("pred_score"))`."""
     rows = _jsonl(_file(data, "samples/qwen25math_math_cot_100/math_cot_100.jsonl"))
@@ -204,7 +221,7 @@ def load_qwen_math(data: str | Path | None = None) -> list[SampleSet]:
             Candidate(
                 index=j,
                 text=responses[j],
-                answer=preds[j] if preds[j] not in (None, "") else None,
+                **_screened(preds[j] if preds[j] not in (None, "") else None, abstentions),
                 model=QWEN_MATH_MODEL,
                 params={"score": scores[j], "pred_score": rewards[j]},
             )

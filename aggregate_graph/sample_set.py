@@ -44,12 +44,18 @@ class Candidate(BaseModel):
 
     `index` is the position in the request plan, never the arrival order. Candidates drawn by one
     request with `n > 1` share `request_id` and that request's `usage` (the prompt is billed once),
-    so `SampleSet.usage` counts each request once.
+    so `SampleSet.usage` counts each request once. A candidate that states no answer ("The answer is unknown.")
+    has `answer` None and the reason in `abstention`, so that no aggregator counts it as an answer.
     """
 
     index: int = Field(ge=0)
     text: str = ""
     answer: str | None = None
+    abstention: str | None = Field(
+        default=None,
+        description="why the candidate's stated answer does not vote, e.g. 'unknown' or 'cannot be determined' "
+        "(`answers.ABSTENTIONS`); `answer` is then None and the text is kept",
+    )
     tool_calls: list[dict[str, Any]] = Field(
         default_factory=list, description="the tools the candidate called instead of answering (LangChain ToolCalls)"
     )
@@ -63,7 +69,7 @@ class Candidate(BaseModel):
     error_status: int | None = Field(default=None, description="the HTTP status of a failed request, if it had one")
     wave: int = 0
 
-    @field_validator("text", "answer", "model", "finish_reason", "error", mode="before")
+    @field_validator("text", "answer", "abstention", "model", "finish_reason", "error", mode="before")
     @classmethod
     def _valid_utf8(cls, value: Any) -> Any:
         return clean_text(value)

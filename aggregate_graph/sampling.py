@@ -13,17 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import httpx
-import openai
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableBinding, RunnableConfig
-from langchain_core.runnables.config import merge_configs
+from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_configs
 from langgraph.constants import TAG_NOSTREAM
 from pydantic import BaseModel, Field
 from tenacity import (
@@ -35,12 +32,12 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from aggregate_graph.answers import extract_answer
+from aggregate_graph.answers import ABSTENTIONS, stated_answer
+from aggregate_graph.errors import describe, is_transient
+from aggregate_graph.n_support import after_failed_n, endpoint, learn, n_mode, n_was_refused
 from aggregate_graph.sample_set import Candidate, Usage
 
 T = TypeVar("T")
-
-TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
 
 class CandidatePolicy(BaseModel):
@@ -57,6 +54,11 @@ class CandidatePolicy(BaseModel):
         default=None, description="ask for many samples in one request; None: when the model has an `n` setting"
     )
     max_concurrency: int = Field(default=16, ge=1, description="parallel requests when falling back from `n`")
+    abstentions: tuple[str, ...] = Field(
+        default=ABSTENTIONS,
+        description="patterns of answers that do not vote ('unknown', 'cannot be determined', …; see "
+        "`answers.ABSTENTIONS`): such a candidate gets `answer=None` and the reason in `abstention`; () lets all vote",
+    )
 
 
 _CONFIG_KEYS = ("tags", "metadata", "run_name")
@@ -123,10 +125,16 @@ class Sampler:
             params["system_prompt"] = self.system_prompt
         return params
 
+    @property
+    def endpoint(self) -> tuple[str, str, str]:
+        return endpoint(self.model, self.model_name)
+
     def supports_n(self, policy: CandidatePolicy) -> bool:
+        """Whether to ask for several samples in one request: the policy's `use_n` if set; else when the model
+        has an `n` setting and its endpoint has not been seen to ignore or refuse `n`."""
         if policy.use_n is not None:
             return policy.use_n
-        return "n" in type(self.model).model_fields
+        return "n" in type(self.model).model_fields and n_mode(self.endpoint) not in ("ignored", "refused")
 
     def prompt(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
         if self.system_prompt is None:
@@ -134,23 +142,17 @@ class Sampler:
         return [SystemMessage(self.system_prompt), *(m for m in messages if not isinstance(m, SystemMessage))]
 
 
-def is_transient(exc: BaseException) -> bool:
-    """Errors worth retrying: rate limits, server errors, timeouts and dropped connections."""
-    if isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.TransportError):
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and status in TRANSIENT_STATUS
+def _deadline_passed(policy: CandidatePolicy) -> TimeoutError:
+    return TimeoutError(f"the {policy.deadline_s:g}s deadline passed before this sample could be asked for")
 
 
-def may_be_about_n(exc: BaseException) -> bool:
-    """Whether a failed request with `n` > 1 is worth asking again one sample at a time: not when it was
-    transient (retried already) nor when the key, the permission or the model was refused — n single
-    requests would be refused n times."""
-    return not is_transient(exc) and getattr(exc, "status_code", None) not in (401, 403, 404)
-
-
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+def remaining(policy: CandidatePolicy, started: float) -> CandidatePolicy | None:
+    """The policy for requests that continue a draw begun at `started`: the same deadline, now nearer; None
+    once it has passed."""
+    if policy.deadline_s is None:
+        return policy
+    left = policy.deadline_s - (time.perf_counter() - started)
+    return policy.model_copy(update={"deadline_s": left}) if left > 0 else None
 
 
 def message_text(message: BaseMessage) -> str:
@@ -185,7 +187,7 @@ class Draw:
 
 
 def _candidates(
-    result: LLMResult, draw: Draw, sampler: Sampler, latency: float
+    result: LLMResult, draw: Draw, sampler: Sampler, latency: float, policy: CandidatePolicy
 ) -> tuple[list[Candidate], tuple[int, ...]]:
     """Candidates for the generations returned, and the indices a server that ignores `n` left unfilled."""
     generations = result.generations[0][: len(draw.indices)]
@@ -207,9 +209,12 @@ def _candidates(
             finish_reason=meta.get("finish_reason"),
             wave=draw.wave,
         )
-        # A solution cut off by the token limit has stated no answer; its last number is not one.
+        # A solution cut off by the token limit has stated no answer; its last number is not one. An abstention
+        # ("The answer is unknown.") is no answer either: it is recorded in `abstention` and does not vote.
         cut_off = candidate.finish_reason == "length"
-        candidate.answer = extract_answer(candidate.text, last_number=not cut_off)
+        candidate.answer, candidate.abstention = stated_answer(
+            candidate.text, last_number=not cut_off, abstentions=policy.abstentions
+        )
         out.append(candidate)
     return out, draw.indices[len(generations) :]
 
@@ -270,6 +275,11 @@ def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     return value
 
 
+# An `n` request is tried once: retrying an all-or-nothing request risks all n samples again, while the
+# single requests it falls back to each get the policy's attempts.
+_ONE_ATTEMPT = CandidatePolicy(max_attempts=1)
+
+
 def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
     stop = stop_after_attempt(policy.max_attempts)
     if policy.deadline_s is not None:
@@ -285,32 +295,63 @@ def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]
 def draw_candidates(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
 ) -> list[Candidate]:
-    """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it."""
+    """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it.
+
+    One sample gets the policy's attempts. Several in one `n` request get one attempt — the request is
+    all-or-nothing — and, when it fails, the samples are asked for one by one (`after_failed_n`) within the same
+    deadline; what the endpoint did with `n` is remembered (`n_support`)."""
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
     if k > 1 and not sampler.supports_n(policy):
         return _draw_singles_sync(draw, sampler, policy, config)
     started = time.perf_counter()
     try:
-        for attempt in _retrying(policy, Retrying):
+        for attempt in _retrying(policy if k == 1 else _ONE_ATTEMPT, Retrying):
             with attempt:
                 result = _with_timeout(
                     lambda: sampler.model.generate([messages], **_call_kwargs(sampler, k, config)), policy.timeout_s
                 )
     except Exception as exc:
-        if k > 1 and may_be_about_n(exc):  # e.g. the server rejects `n`: ask one sample at a time
-            return _draw_singles_sync(draw, sampler, policy, config)
+        if k > 1:
+            return _after_failed_n_sync(draw, sampler, policy, config, exc, started)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
-    if missing:
-        done += _draw_singles_sync(Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config)
+    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started, policy)
+    if k > 1:
+        learn(sampler.endpoint, "ignored" if missing else "honoured")
+    if missing:  # a server that ignored `n`: the rest one by one, within the deadline
+        if (left := remaining(policy, started)) is None:
+            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
+        done += _draw_singles_sync(_subdraw(draw, missing), sampler, left, config)
     return done
+
+
+def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
+    return Draw(draw.sampler, indices, draw.messages, draw.wave)
+
+
+def _after_failed_n_sync(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
+) -> list[Candidate]:
+    action, left = after_failed_n(exc), remaining(policy, started)
+    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    if action == "singles":
+        return _draw_singles_sync(draw, sampler, left, config)
+    probe = draw_candidates(_subdraw(draw, draw.indices[:1]), sampler, left, config)
+    rest = _subdraw(draw, draw.indices[1:])
+    verdict = n_was_refused(probe[0], exc)
+    if verdict is True:
+        learn(sampler.endpoint, "refused")
+    if verdict is False or (left := remaining(policy, started)) is None:
+        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
+    return probe + _draw_singles_sync(rest, sampler, left, config)
 
 
 def _draw_singles_sync(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None
 ) -> list[Candidate]:
-    singles = [Draw(draw.sampler, (i,), draw.messages, draw.wave) for i in draw.indices]
-    with ThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
+    singles = [_subdraw(draw, (i,)) for i in draw.indices]
+    # ContextThreadPoolExecutor: each request sees the node's config and tracing context, as the node does
+    with ContextThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
         batches = pool.map(lambda d: draw_candidates(d, sampler, policy, config), singles)
         return [c for batch in batches for c in batch]
 
@@ -324,22 +365,42 @@ async def adraw_candidates(
         return await _draw_singles_async(draw, sampler, policy, config)
     started = time.perf_counter()
     try:
-        async for attempt in _retrying(policy, AsyncRetrying):
+        async for attempt in _retrying(policy if k == 1 else _ONE_ATTEMPT, AsyncRetrying):
             with attempt:
                 call: Awaitable[LLMResult] = sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
                 result = await asyncio.wait_for(call, policy.timeout_s)
     except Exception as exc:
-        if k > 1 and may_be_about_n(exc):
-            return await _draw_singles_async(draw, sampler, policy, config)
         if isinstance(exc, asyncio.TimeoutError | TimeoutError) and not str(exc):
             exc = TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout")
+        if k > 1:
+            return await _after_failed_n_async(draw, sampler, policy, config, exc, started)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started)
+    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started, policy)
+    if k > 1:
+        learn(sampler.endpoint, "ignored" if missing else "honoured")
     if missing:
-        done += await _draw_singles_async(
-            Draw(draw.sampler, missing, draw.messages, draw.wave), sampler, policy, config
-        )
+        if (left := remaining(policy, started)) is None:
+            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
+        done += await _draw_singles_async(_subdraw(draw, missing), sampler, left, config)
     return done
+
+
+async def _after_failed_n_async(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
+) -> list[Candidate]:
+    action, left = after_failed_n(exc), remaining(policy, started)
+    if action == "fail" or left is None:
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    if action == "singles":
+        return await _draw_singles_async(draw, sampler, left, config)
+    probe = await adraw_candidates(_subdraw(draw, draw.indices[:1]), sampler, left, config)
+    rest = _subdraw(draw, draw.indices[1:])
+    verdict = n_was_refused(probe[0], exc)
+    if verdict is True:
+        learn(sampler.endpoint, "refused")
+    if verdict is False or (left := remaining(policy, started)) is None:
+        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
+    return probe + await _draw_singles_async(rest, sampler, left, config)
 
 
 async def _draw_singles_async(

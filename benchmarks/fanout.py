@@ -4,6 +4,7 @@
 
 1. Graph wall time ÷ `asyncio.gather` of the same raw calls (100 ms server latency), N = 8 and 64: the same
    `ChatOpenAI` calls the graph makes (the graph's own overhead), and bare `openai`-client calls.
+   The same against a server that refuses `n` (400), with the default policy, after the first call.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
@@ -108,6 +109,41 @@ async def fanout_rows(base_url: str) -> list[tuple[str, str, str]]:
     return rows
 
 
+async def refusing_n_rows(base_url: str) -> list[tuple[str, str, str]]:
+    """The default policy (ask with `n`) against a server that answers 400 to it: after the first call has
+    learned that, the graph sends single requests straight away, so it costs what a gather of them costs."""
+    rows = []
+    client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
+    prompt = [HumanMessage(QUESTION)]
+    for n in (8, 64):
+        graph = build_aggregate_graph(model, n=n)
+        # the warm-up run of each is the first call: the probe happens there, outside the timings
+        t = await _interleaved_medians(
+            {
+                "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
+                "model": lambda n=n: asyncio.gather(*(model.agenerate([prompt]) for _ in range(n))),
+                "openai": lambda n=n: _raw(client, n),
+            }
+        )
+        label = f"server refusing n, N={n}, after the first call"
+        rows.append(
+            (
+                f"graph ÷ gather of the same ChatOpenAI calls, {label}",
+                f"{t['graph'] * 1000:.0f} ms ÷ {t['model'] * 1000:.0f} ms = {t['graph'] / t['model']:.3f}",
+                "≤ 1.10",
+            )
+        )
+        rows.append(
+            (
+                f"graph ÷ gather of bare openai calls, {label}",
+                f"{t['graph'] * 1000:.0f} ms ÷ {t['openai'] * 1000:.0f} ms = {t['graph'] / t['openai']:.3f}",
+                "≤ 1.10 (ChatOpenAI's own cost included)",
+            )
+        )
+    return rows
+
+
 def billing_rows() -> list[tuple[str, str, str]]:
     billed = {}
     for n_mode in ("honour", "ignore"):
@@ -206,6 +242,10 @@ def vote_rows() -> list[tuple[str, str, str]]:
 def main() -> int:
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
         rows = asyncio.run(fanout_rows(base_url))
+    with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "reject") as base_url:
+        rows += asyncio.run(refusing_n_rows(base_url))
+        n_requests = stats(base_url)["n_requests"]
+    rows.append(("requests with n > 1 sent to that server (probes)", str(n_requests), "1: one per endpoint"))
     rows += billing_rows() + vote_rows()
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'value':<36}  target")

@@ -1,7 +1,8 @@
 """Loopback load test of the proxy: C concurrent clients × R requests each, through the real proxy to a real
 upstream test server that fails a share of its requests. Every request asks its own sum, so a response
 that answers another request's question is caught; every request must end in an answer or an OpenAI-style
-error. Prints p50/p99 latency and the error mix.
+error. Prints p50/p99 latency, the error mix, and how many graphs the proxy compiled (one per shape of request,
+reused by every request of that shape, from its /health).
 
     python benchmarks/proxy_load.py [--clients 50] [--requests 20] [--failure-rate 0.2]
 """
@@ -17,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import openai
 
 from aggregate_graph import sample_sets_from
@@ -42,6 +44,7 @@ class LoadResult:
     latencies_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
     upstream: dict[str, int] = field(default_factory=dict)
+    graphs_compiled: int = 0  # by the proxy over the whole run (its /health)
 
     def percentile(self, q: float) -> float:
         return statistics.quantiles(self.latencies_s, n=100, method="inclusive")[round(q) - 1]
@@ -98,6 +101,7 @@ def run_load(
             started = time.perf_counter()
             asyncio.run(everyone())
             result.wall_s = time.perf_counter() - started
+            result.graphs_compiled = httpx.get(f"{url.removesuffix('/v1')}/health").json()["graphs_compiled"]
         result.upstream = upstream.stats()
     return result
 
@@ -116,6 +120,7 @@ def report(result: LoadResult, clients: int, requests: int, failure_rate: float)
         ("outcomes", mix),
         ("latency p50 / p99", f"{result.percentile(50) * 1000:.0f} ms / {result.percentile(99) * 1000:.0f} ms"),
         ("throughput", f"{result.sent / result.wall_s:.1f} requests/s over {result.wall_s:.1f} s"),
+        ("graphs compiled", f"{result.graphs_compiled} for {result.sent} requests"),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

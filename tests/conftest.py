@@ -23,6 +23,14 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return smollm2_path(tmp_path_factory.mktemp("aggregate_graph_cache"))
 
 
+@pytest.fixture(autouse=True)
+def _forget_n_support() -> None:
+    """What endpoints did with `n` is remembered per process, and a later test may get an earlier server's port."""
+    from aggregate_graph.n_support import forget
+
+    forget()
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., OpenAITestServer]]:
     """Start real OpenAI-compatible servers on 127.0.0.1; all are stopped at the end of the test."""

@@ -19,6 +19,7 @@ def test_votes_count_equivalent_answers_together():
     result = MajorityVote().invoke(sample_set([r"\frac{1}{2}", "0.5", "2", "1/2", None]))
     assert result.answer == "0.5" and result.votes == {"0.5": 3.0, "2": 1.0}
     assert result.support == [0, 1, 3] and result.tie is None and result.details["abstained"] == 1
+    assert result.details["abstentions"] == {}  # None states nothing; abstentions: test_abstentions
 
 
 def test_ties_go_to_the_earliest_candidate_and_are_reported():

@@ -197,3 +197,44 @@ def test_missing_data_names_the_path_and_the_variable(monkeypatch, tmp_path):
         data_dir()
     with pytest.raises(FileNotFoundError, match="AGGREGATE_GRAPH_DATA"):
         load_qwen_math()
+
+
+def test_pools_screen_abstentions_by_the_runtimes_rule(faithful_cot):
+    """The loaders apply `answers.screen_answer`, as the runtime does: "[invalid]", "None" and sentences such as
+    "The answer cannot be determined …" do not vote and keep their reason. This changes six gpt-3.5-turbo_standard
+    candidates whose last number used to count (all wrong) and no reference number above."""
+    reasons = {}
+    for s in faithful_cot:
+        for c in s.candidates:
+            if c.abstention is not None:
+                assert c.answer is None
+                reasons[c.abstention] = reasons.get(c.abstention, 0) + 1
+    assert (reasons["[invalid]"], reasons["none"], reasons["cannot be determined"]) == (941, 67, 62)
+    legacy = load_faithful_cot(faithful_cot_configs(lms=["gpt-3.5-turbo"], prompts=["standard"]), DATA, abstentions=())
+    column = FAITHFUL_COT_CONFIGS.index("gpt-3.5-turbo_standard")
+    changed = {
+        i: (legacy[i].candidates[0].answer, s.candidates[column].abstention)
+        for i, s in enumerate(faithful_cot)
+        if s.candidates[column].answer != legacy[i].candidates[0].answer
+    }
+    assert changed == {
+        157: ("40", "cannot be determined"),
+        162: ("20", "cannot be determined"),
+        257: ("10", "cannot be determined"),
+        750: ("4", "impossible to calculate"),
+        818: ("20", "cannot be determined"),
+        1218: ("-7", "impossible to calculate"),
+    }
+    assert not any(equivalent(answer, faithful_cot[i].gold) for i, (answer, _) in changed.items())
+
+
+def test_gsm8k_test_15_abstentions_do_not_vote(faithful_cot):
+    """GSM8K test problem 15 (gold 125): gpt-3.5-turbo_standard answers "The answer cannot be determined as we do
+    not have enough information …"; it abstains with that reason, and the vote is 125."""
+    s = faithful_cot[15]
+    result = MajorityVote().invoke(s)
+    assert (s.gold, result.answer, result.votes["125"]) == ("125", "125", 13.0)
+    column = FAITHFUL_COT_CONFIGS.index("gpt-3.5-turbo_standard")
+    assert result.details["abstentions"][str(column)] == "cannot be determined"
+    assert s.candidates[column].answer is None and s.candidates[column].text.startswith("The answer cannot")
+    assert sorted(result.details["abstentions"].values()).count("[invalid]") == 6

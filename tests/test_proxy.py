@@ -290,13 +290,14 @@ def test_upstream_key_is_scrubbed_from_errors_sample_sets_and_logs(serve, caplog
 
 
 def test_upstream_errors_map_to_openai_statuses(serve) -> None:
-    for upstream_status, expected, calls in ((404, 404, 1), (401, 502, 1), (429, 429, 1), (500, 502, 1), (400, 400, 6)):
+    for upstream_status, expected, calls in ((404, 404, 1), (401, 502, 1), (429, 429, 6), (500, 502, 6), (400, 400, 2)):
         upstream = serve(failure_rate=1.0, failure_status=upstream_status)
         with proxy_for(upstream, upstream_retries=0) as url:
             client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
             error = _error(lambda c=client: c.chat.completions.create(model="m", messages=QUESTION))
         assert error.status_code == expected, upstream_status
-        # a 400 may be about `n`, so the five candidates are asked one at a time; a refused key or model is not
+        # After the n request: a transient failure asks the five samples one by one; a 400 may be about `n`, so one
+        # single request tells (refused the same way: the request itself is refused); a refused key or model: none.
         assert upstream.calls == calls, upstream_status
 
 

@@ -224,9 +224,11 @@ def test_retries_are_the_wrapped_clients_own(serve) -> None:
     wrapped = wrap_openai(client(failing, max_retries=0), n=3)
     with pytest.raises(QuorumError) as caught:
         wrapped.chat.completions.create(model="m", messages=QUESTION)
-    assert failing.calls == 1
+    # the n request, then (a transient failure) each sample on its own: one attempt each, as max_retries=0 says
+    assert failing.calls == 1 + 3
     failed = caught.value.sample_set.candidates
     assert len(failed) == 3 and {c.error_status for c in failed} == {503}
+    assert isinstance(caught.value, openai.InternalServerError) and caught.value.status_code == 503
 
 
 def test_candidates_without_a_final_answer_give_the_medoid_recorded(serve) -> None:

@@ -172,9 +172,7 @@ def _examples(
                     "id": f"{sample_set.id}/{'-'.join(str(c.index) for c in subset)}",
                     "problem": problem_key(sample_set),
                     "prompt": [{"role": "user", "content": prompt}],
-                    "completion": [
-                        {"role": "assistant", "content": target}
-                    ],
+                    "completion": [{"role": "assistant", "content": target}],
                     "gold": sample_set.gold,
                     "k": len(subset),
                     "hard": is_hard(subset, sample_set.gold),

@@ -19,7 +19,7 @@ from langchain_core.messages import HumanMessage
 from tqdm.auto import tqdm
 
 from aggregate_graph import CandidatePolicy, MajorityVote, SampleSet, build_aggregate_graph, load_benchmark
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.errors import AggregateGraphError
 from training.data import POOLS, load_sample_sets
 
 
@@ -85,7 +85,7 @@ def policy_model(config: CollectConfig) -> Any:
 
 def _sampled(problem: SampleSet, state: dict[str, Any] | BaseException) -> SampleSet | None:
     """The graph's sample set under the problem's id and gold; None when no candidate succeeded (retried later)."""
-    if isinstance(state, AggregationError):
+    if isinstance(state, AggregateGraphError):
         drawn = state.sample_set
     elif isinstance(state, BaseException):
         raise state

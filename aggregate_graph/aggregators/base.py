@@ -9,15 +9,10 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
+from aggregate_graph.errors import AggregationError
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
-
-class AggregationError(RuntimeError):
-    """Aggregation could not produce an answer. `sample_set` keeps every candidate that was drawn."""
-
-    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
-        super().__init__(message)
-        self.sample_set = sample_set
+__all__ = ["AggregationError", "Aggregator"]
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):

@@ -15,13 +15,25 @@ from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 Weights = Mapping[str, float] | Callable[[Candidate], float]
 
 
+def is_voter(candidate: Candidate) -> bool:
+    """Whether a candidate takes part in a vote: it succeeded and stated an answer (an abstention has none)."""
+    return candidate.ok and candidate.answer is not None and candidate.abstention is None
+
+
+def abstentions_of(sample_set: SampleSet) -> dict[str, str]:
+    """The abstaining candidates of a set: index (as a string) → reason, e.g. `{"3": "unknown"}`."""
+    return {str(c.index): c.abstention for c in sample_set.candidates if c.ok and c.abstention is not None}
+
+
 class MajorityVote(Aggregator):
     """The answer most candidates agree on, equivalence decided by `answers.group_equivalent`.
 
     `weights` scales each candidate's vote: a mapping from model name to weight, or a function of the
     candidate. A tie goes to the class whose first member has the lowest candidate index (the order of
     the request, so reruns agree), and the tied answers are reported in `Aggregation.tie`.
-    Candidates that failed or stated no extractable answer do not vote.
+    Candidates that failed, stated no extractable answer or abstained ("The answer is unknown.": `answer` None,
+    the reason in `Candidate.abstention`) do not vote; `details["abstentions"]` maps each abstainer's index (a
+    string, as in JSON) to its reason.
     """
 
     name = "majority_vote"
@@ -38,12 +50,16 @@ class MajorityVote(Aggregator):
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started = time.perf_counter()
-        voters = [c for c in sample_set.candidates if c.ok and c.answer is not None]
+        voters = [c for c in sample_set.candidates if is_voter(c)]
+        abstentions = abstentions_of(sample_set)
         if not voters:
             failed = len(sample_set.failed)
+            why = (
+                f", {len(abstentions)} abstained: {', '.join(sorted(set(abstentions.values())))}" if abstentions else ""
+            )
             raise AggregationError(
                 f"no candidate stated an extractable final answer ({len(sample_set.candidates)} drawn, "
-                f"{failed} failed); nothing to vote on",
+                f"{failed} failed{why}); nothing to vote on",
                 sample_set,
             )
         classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
@@ -59,5 +75,9 @@ class MajorityVote(Aggregator):
             support=[c.index for c in tied[0]],
             tie=[normalize_answer(cls[0].answer) or "" for cls in tied] if len(tied) > 1 else None,
             latency_s=time.perf_counter() - started,
-            details={"voters": len(voters), "abstained": len(sample_set.candidates) - len(voters)},
+            details={
+                "voters": len(voters),
+                "abstained": len(sample_set.candidates) - len(voters),
+                "abstentions": abstentions,
+            },
         )

@@ -26,7 +26,7 @@ from aggregate_graph.aggregators.llm import (
 )
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior, source_of
-from aggregate_graph.answers import _last_answer_tag, extract_answer
+from aggregate_graph.answers import _last_answer_tag, extract_answer, stated_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 SSA_INSTRUCTION = (
@@ -72,10 +72,14 @@ class SSAStyle:
 
 
 def _as_candidates(candidates: Sequence[str | Candidate]) -> list[Candidate]:
-    return [
-        c if isinstance(c, Candidate) else Candidate(index=i, text=c, answer=extract_answer(c))
-        for i, c in enumerate(candidates)
-    ]
+    """Texts become candidates as the runtime would draw them: an abstention ("unknown") states no answer."""
+    out = []
+    for i, c in enumerate(candidates):
+        if not isinstance(c, Candidate):
+            answer, abstention = stated_answer(c)
+            c = Candidate(index=i, text=c, answer=answer, abstention=abstention)
+        out.append(c)
+    return out
 
 
 def _tally_line(candidates: list[Candidate], weights: WeightedVote | None) -> str | None:

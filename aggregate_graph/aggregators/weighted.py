@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
 
@@ -53,7 +53,7 @@ class _Ballot:
 def _ballots(sample_sets: Iterable[SampleSet]) -> tuple[list[_Ballot], bool]:
     ballots, labelled = [], False
     for sample_set in sample_sets:
-        voters = [c for c in sample_set.candidates if c.ok and c.answer is not None]
+        voters = [c for c in sample_set.candidates if is_voter(c)]  # abstentions do not vote, nor train
         if not voters:
             continue
         classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]

@@ -8,6 +8,7 @@ gave — not through a second client built from settings that would have to be c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -18,7 +19,28 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import InvalidToolCall, ToolCall, ToolCallChunk, tool_call_chunk
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import var_child_runnable_config
 from pydantic import ConfigDict, Field
+
+CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings
+
+
+@dataclass(frozen=True)
+class CallSettings:
+    """What one call sends, given at invoke time, so that a compiled graph serves every call of the same shape:
+    the model name, the request's options, and the caller's own messages (None: the converted input)."""
+
+    model: str
+    request: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] | None = None
+
+
+def current_call(key: str) -> CallSettings | None:
+    """The running call's settings under `key`, from the config LangGraph runs the model's node with (in the
+    node's thread, or one that copied its context)."""
+    config = var_child_runnable_config.get() or {}
+    calls = (config.get("configurable") or {}).get(CALL_CONFIG_KEY) or {}
+    return calls.get(key)
 
 
 def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
@@ -64,7 +86,11 @@ class OpenAIClientChatModel(BaseChatModel):
     converted messages and `request` (any other chat-completions options).
 
     With `messages` set, those OpenAI-format messages are sent as they are instead of the converted input:
-    `wrap_openai` passes the caller's own (images, tool calls and all) to every candidate request."""
+    `wrap_openai` passes the caller's own (images, tool calls and all) to every candidate request.
+
+    With `call_key` set, a call's model, request and messages come from the `CallSettings` under that key of
+    the running call's config (`current_call`), when there is one: `wrap_openai` compiles one graph per
+    shape of call and passes each call's own at invoke time."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -74,14 +100,21 @@ class OpenAIClientChatModel(BaseChatModel):
     request: dict[str, Any] = Field(default_factory=dict)
     messages: list[dict[str, Any]] | None = None
     n: int = 1  # declares that this model takes `n`, so the graph asks for n candidates in one request
+    call_key: str | None = None
+    endpoint: str = ""  # the client's base URL: what the graph remembers a server's handling of `n` by
 
     @property
     def _llm_type(self) -> str:
         return "openai-client"
 
+    def _call(self, messages: Sequence[BaseMessage] = ()) -> CallSettings:
+        call = current_call(self.call_key) if self.call_key is not None else None
+        return call if call is not None else CallSettings(self.model, self.request, self.messages)
+
     @property
     def _identifying_params(self) -> dict[str, Any]:
-        return {"model": self.model, **self.request}
+        call = self._call()
+        return {"model": call.model, **call.request}
 
     def _combine_llm_outputs(self, llm_outputs: list[dict[str, Any] | None], /) -> dict[str, Any]:
         # The base class drops llm_output; the graph reads each request's usage from it.
@@ -89,8 +122,9 @@ class OpenAIClientChatModel(BaseChatModel):
 
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
-        sent = self.messages if self.messages is not None else convert_to_openai_messages(messages)
-        body = {**self.request, **kwargs, "model": self.model, "messages": sent}
+        call = self._call(messages)
+        sent = call.messages if call.messages is not None else convert_to_openai_messages(messages)
+        body = {**call.request, **kwargs, "model": call.model, "messages": sent}
         if stop is not None:
             body["stop"] = stop
         if body.get("n") == 1:

@@ -14,6 +14,7 @@ import inspect
 import json
 import logging
 import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,16 +22,16 @@ from typing import Any, Self
 
 import openai
 import uvicorn
-from fastapi import Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from openai.resources.chat.completions import AsyncCompletions
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from starlette.background import BackgroundTask
 
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import QuorumError
 from aggregate_graph.openai_compat.request import RequestError
-from aggregate_graph.openai_compat.wrap import wrap_openai
+from aggregate_graph.openai_compat.wrap import ENGINE_ATTRIBUTE, wrap_openai
 from aggregate_graph.registry import AGGREGATOR_NAMES
 from aggregate_graph.sampling import describe
 from aggregate_graph.serve.http import OpenAIError, bearer_check, is_loopback, openai_error
@@ -204,17 +205,6 @@ def _prompt_chars(messages: Any) -> int:
     return len(json.dumps(messages, ensure_ascii=False)) if messages is not None else 0
 
 
-def _has_started(chunk: Any) -> bool:
-    """Whether a chunk shows the answer under way: a candidate that succeeded, or any text."""
-    event = getattr(chunk, "candidate", None)
-    if event is not None:
-        return not event.get("error")
-    return any(
-        c.finish_reason or c.delta.content or (c.delta.model_extra or {}).get("reasoning_content")
-        for c in chunk.choices
-    )
-
-
 def create_proxy_app(config: ProxyConfig) -> FastAPI:
     """The proxy as an ASGI app (serve it with uvicorn, or `serve_proxy`)."""
     scrub = Scrubber(config.upstream_api_key, config.aggregator_api_key)
@@ -258,16 +248,27 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             if client is not None:
                 await client.close()
 
-    app = FastAPI(
-        title="aggregate-graph proxy",
-        lifespan=lifespan,
-        openapi_url=None,
-        docs_url=None,
-        redoc_url=None,
-        dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [],
-    )
+    app = FastAPI(title="aggregate-graph proxy", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
     app.add_exception_handler(OpenAIError, openai_error)
+    # The API needs the client key; /health does not (a load balancer's probe), and tells nothing secret.
+    api = APIRouter(dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [])
     slots = _Slots(config.max_concurrency)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        """200 once the upstream clients are up (503 before): for load balancers and readiness probes."""
+        wrapped = clients.get("wrapped")
+        engine = getattr(wrapped.chat.completions, ENGINE_ATTRIBUTE, None) if wrapped is not None else None
+        body = {
+            "status": "ok" if wrapped is not None else "starting",
+            "aggregator": config.aggregator,
+            "methods": list(config.methods),
+            "n": config.n,
+            "in_flight": slots.used,
+            "max_concurrency": config.max_concurrency,
+            "graphs_compiled": engine.graphs_built if engine is not None else 0,
+        }
+        return JSONResponse(body, 200 if wrapped is not None else 503)
 
     def failure(exc: BaseException) -> OpenAIError:
         """The OpenAI-style error for anything a request ends in; nothing unscrubbed reaches a log or a client."""
@@ -275,11 +276,11 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             return exc
         if isinstance(exc, RequestError):
             return OpenAIError(400, str(exc), param=exc.param, code=exc.code)
-        if isinstance(exc, AggregationError | openai.APIError | TimeoutError):
+        if isinstance(exc, AggregateGraphError | openai.APIError | TimeoutError):
             status, kind, code = _status_of_failure(exc)
             message = str(exc) or f"the request took longer than {config.max_request_s:g}s"
             error = OpenAIError(status, scrub(message), kind=kind, code=code)
-            if isinstance(exc, AggregationError) and exc.sample_set is not None:
+            if isinstance(exc, AggregateGraphError) and exc.sample_set is not None:
                 # what was drawn before the failure is the client's: it comes back with the error
                 drawn = scrub.payload({"sample_sets": [exc.sample_set.model_dump(mode="json")]})
                 error.extra = {"sample_set": drawn["sample_sets"][0]}
@@ -287,7 +288,7 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
         logger.error("proxy request failed: %s", scrub(describe(exc)))
         return OpenAIError(500, scrub(str(exc) or type(exc).__name__), kind="server_error")
 
-    @app.get("/v1/models")
+    @api.get("/v1/models")
     async def models() -> dict[str, Any]:
         try:
             async with asyncio.timeout(config.upstream_timeout_s):
@@ -298,7 +299,7 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
         data += [{**m, "id": f"{method}/{m['id']}"} for method in config.methods for m in list(data)]
         return {"object": "list", "data": data}
 
-    @app.post("/v1/chat/completions")
+    @api.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         deadline = asyncio.get_running_loop().time() + config.max_request_s
         try:
@@ -318,17 +319,12 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             kwargs["extra_body"] = extra
         # The slot is taken once the body is in: a slow upload holds a connection, not a slot for real work.
         release = slots.take()
-        head: list[Any] = []
         try:
             async with asyncio.timeout_at(deadline):
+                # A stream's create() returns once the answer is under way (enough candidates succeeded), so a
+                # request every candidate fails (an unknown model, a refused key) is answered with its status,
+                # not a 200 stream.
                 result = await clients["wrapped"].chat.completions.create(**kwargs)
-                if kwargs.get("stream") is True:
-                    # Hold the response until the answer is under way, so that a request every candidate
-                    # fails (an unknown model, a refused key) is answered with its status, not a 200 stream.
-                    async for chunk in result:
-                        head.append(chunk)
-                        if _has_started(chunk):
-                            break
         except Exception as exc:
             release()
             raise failure(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
@@ -337,10 +333,10 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             return JSONResponse(scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
         # The stream keeps its slot until it ends; the background task frees it if the stream never starts.
         return StreamingResponse(
-            _events(head, result, release, deadline), media_type="text/event-stream", background=BackgroundTask(release)
+            _events(result, release, deadline), media_type="text/event-stream", background=BackgroundTask(release)
         )
 
-    async def _events(head: list[Any], stream: Any, release: Callable[[], None], deadline: float) -> AsyncIterator[str]:
+    async def _events(stream: Any, release: Callable[[], None], deadline: float) -> AsyncIterator[str]:
         """The chunks as server-sent events; an error after the 200 is sent in-stream, as OpenAI does."""
 
         def event(chunk: Any) -> str:
@@ -348,8 +344,6 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
         try:
-            for chunk in head:
-                yield event(chunk)
             async with asyncio.timeout_at(deadline):
                 async for chunk in stream:
                     yield event(chunk)
@@ -360,12 +354,24 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             await stream.close()
         yield "data: [DONE]\n\n"
 
+    app.include_router(api)
     return app
 
 
+def proxy_banner(config: ProxyConfig, host: str, port: int) -> str:
+    """The line `serve_proxy` prints once its checks pass: where it serves, and whether clients need a key."""
+    return (
+        f"proxy on http://{host}:{port}/v1 → {config.upstream} (aggregator: {config.aggregator}, n={config.n}, "
+        f"client key {'required' if config.api_key else 'not required'}; health: http://{host}:{port}/health)"
+    )
+
+
 def serve_proxy(config: ProxyConfig, *, host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve until interrupted. Off loopback a client key is required: the proxy spends the upstream key."""
+    """Serve until interrupted. Off loopback a client key is required: the proxy spends the upstream key.
+    `proxy_banner` goes to stderr once the checks have passed (never before a refusal)."""
     if config.api_key is None and not is_loopback(host):
         raise ValueError(f"refusing to serve on {host!r} without an API key: set one, or bind 127.0.0.1")
+    app = create_proxy_app(config)
+    print(proxy_banner(config, host, port), file=sys.stderr, flush=True)
     # uvicorn answers 503 past this many connections: slow uploads cannot pile up without bound
-    uvicorn.run(create_proxy_app(config), host=host, port=port, limit_concurrency=2 * config.max_concurrency + 16)
+    uvicorn.run(app, host=host, port=port, limit_concurrency=2 * config.max_concurrency + 16)

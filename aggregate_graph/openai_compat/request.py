@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from openai import BadRequestError, NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aggregate_graph.errors import AggregateGraphError
+from aggregate_graph.openai_compat.errors import http
 from aggregate_graph.registry import AGGREGATOR_NAMES
 
 OPTIONS_KEY = "aggregation"
@@ -31,15 +32,15 @@ STRUCTURED_FORMATS = ("json_object", "json_schema")  # response_format types agg
 VOTE_METHODS = ("majority",)  # request methods that mean "vote", which is how structured output is aggregated
 
 
-class RequestError(BadRequestError, ValueError):
+class RequestError(AggregateGraphError, BadRequestError, ValueError):
     """A request that cannot be aggregated as given, raised before anything is sent. It is the
     `openai.BadRequestError` the API would answer (status 400, `param` naming the offending field), so code
     that handles the client's errors handles it; and a ValueError."""
 
     def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
         body = {"message": message, "type": "invalid_request_error", "param": param, "code": code}
-        request = httpx.Request("POST", "http://wrap-openai.invalid/v1/chat/completions")
-        super().__init__(message, response=httpx.Response(400, request=request, json={"error": body}), body=body)
+        request = http.Request("POST", "http://wrap-openai.invalid/v1/chat/completions")
+        super().__init__(message, response=http.Response(400, request=request, json={"error": body}), body=body)
 
 
 class AggregationOptions(BaseModel):

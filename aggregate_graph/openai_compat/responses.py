@@ -146,15 +146,22 @@ class ChunkWriter:
 
 class ChunkStream:
     """What a wrapped sync client returns for `stream=True`: iterate it, or use it as a context manager
-    (like openai's `Stream`)."""
+    (like openai's `Stream`). `head` holds the chunks already drawn before `create` returned. `response` is the
+    stream itself, so that openai's `chat.completions.stream()` helper, which closes `stream.response`, works."""
 
-    def __init__(self, chunks: Iterator[ChatCompletionChunk]) -> None:
-        self._chunks = chunks
+    def __init__(self, chunks: Iterator[ChatCompletionChunk], head: list[ChatCompletionChunk] | None = None) -> None:
+        self._chunks, self._head = chunks, list(head or [])
+
+    @property
+    def response(self) -> ChunkStream:
+        return self
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        return self._chunks
+        return self
 
     def __next__(self) -> ChatCompletionChunk:
+        if self._head:
+            return self._head.pop(0)
         return next(self._chunks)
 
     def __enter__(self) -> ChunkStream:
@@ -165,6 +172,7 @@ class ChunkStream:
 
     def close(self) -> None:
         """Stop early: closing the generator closes the graph's stream and the aggregator's request."""
+        self._head.clear()
         close = getattr(self._chunks, "close", None)
         if close is not None:
             close()
@@ -173,13 +181,21 @@ class ChunkStream:
 class AsyncChunkStream:
     """What a wrapped async client returns for `stream=True` (like openai's `AsyncStream`)."""
 
-    def __init__(self, chunks: AsyncIterator[ChatCompletionChunk]) -> None:
-        self._chunks = chunks
+    def __init__(
+        self, chunks: AsyncIterator[ChatCompletionChunk], head: list[ChatCompletionChunk] | None = None
+    ) -> None:
+        self._chunks, self._head = chunks, list(head or [])
+
+    @property
+    def response(self) -> AsyncChunkStream:
+        return self
 
     def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self._chunks
+        return self
 
     async def __anext__(self) -> ChatCompletionChunk:
+        if self._head:
+            return self._head.pop(0)
         return await anext(self._chunks)
 
     async def __aenter__(self) -> AsyncChunkStream:
@@ -189,6 +205,61 @@ class AsyncChunkStream:
         await self.close()
 
     async def close(self) -> None:
+        self._head.clear()
         aclose = getattr(self._chunks, "aclose", None)
         if aclose is not None:
             await aclose()
+
+    aclose = close  # what openai's async stream helpers call on `response`
+
+
+def _under_way(chunk: Any, succeeded: int, quorum: int) -> tuple[bool, int]:
+    """Whether the stream can be handed over after this chunk: `quorum` candidates succeeded (so the call
+    cannot fail for want of them), or the answer has begun; and the successes counted so far."""
+    event = getattr(chunk, CANDIDATE_FIELD, None)
+    if event is not None:
+        succeeded += not event.get("error")
+        return succeeded >= quorum, succeeded
+    begun = any(
+        c.finish_reason or c.delta.content or (c.delta.model_extra or {}).get("reasoning_content")
+        for c in chunk.choices
+    )
+    return begun, succeeded
+
+
+def held_until_under_way(chunks: Iterator[Any], quorum: int) -> list[Any]:
+    """The chunks up to the point the answer is under way: as the unwrapped client raises at `create()`,
+    a stream whose candidates all fail raises here, not after a few empty chunks."""
+    head: list[Any] = []
+    succeeded = 0
+    try:
+        for chunk in chunks:
+            head.append(chunk)
+            done, succeeded = _under_way(chunk, succeeded, quorum)
+            if done:
+                break
+    except BaseException:
+        getattr(chunks, "close", lambda: None)()
+        raise
+    return head
+
+
+async def aheld_until_under_way(chunks: AsyncIterator[Any], quorum: int) -> list[Any]:
+    head: list[Any] = []
+    succeeded = 0
+    try:
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            head.append(chunk)
+            done, succeeded = _under_way(chunk, succeeded, quorum)
+            if done:
+                break
+    except BaseException:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        raise
+    return head

@@ -234,6 +234,7 @@ class OpenAITestServer:
                 "hangs": self.hangs,
                 "prompt_tokens_billed": self.prompt_tokens_billed,
                 "max_in_flight": self.max_in_flight,
+                "n_requests": sum(1 for r in self.requests if int(r.get("n") or 1) > 1),
             }
 
     def start(self, port: int = 0) -> OpenAITestServer:

@@ -1,0 +1,62 @@
+"""The package's exception tree, one place to catch from:
+
+    AggregateGraphError            anything this package raises on purpose; `.sample_set` keeps what was drawn
+    ├── AggregationError           the candidates were drawn, but no answer could be decided from them
+    ├── QuorumError                fewer candidates succeeded than `min_candidates`
+    │   └── openai_compat.QuorumAPIError   the same through `wrap_openai` / the proxy: also an `openai.APIError`,
+    │                                      with a subclass per openai class (`QuorumRateLimitError`, …)
+    └── RequestError               (openai_compat) a request that cannot be aggregated as given; also the
+                                   `openai.BadRequestError` the API would answer
+
+Through `wrap_openai`, a call whose every candidate failed raises the `openai` exception class the upstream's
+failure maps to (`except openai.RateLimitError` works), which is also a `QuorumError` (`openai_compat.errors`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import httpx
+import openai
+
+if TYPE_CHECKING:
+    from aggregate_graph.sample_set import SampleSet
+
+
+class AggregateGraphError(Exception):
+    """Base of every error this package raises on purpose. `sample_set`, when there is one, holds every
+    candidate drawn (failed ones with their error), so nothing paid for is lost with the exception."""
+
+    sample_set: SampleSet | None = None
+
+
+class AggregationError(AggregateGraphError, RuntimeError):
+    """Aggregation could not produce an answer. `sample_set` keeps every candidate that was drawn."""
+
+    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
+        super().__init__(message)
+        self.sample_set = sample_set
+
+
+class QuorumError(AggregateGraphError, RuntimeError):
+    """Fewer candidates succeeded than `min_candidates`. `sample_set` holds every candidate and its error."""
+
+    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
+        super().__init__(message)
+        self.sample_set = sample_set
+
+
+TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Errors worth retrying: rate limits, server errors, timeouts and dropped connections."""
+    if isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.TransportError):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and status in TRANSIENT_STATUS
+
+
+def describe(exc: BaseException) -> str:
+    """How a failure is recorded on a candidate: its class, then its message."""
+    return f"{type(exc).__name__}: {exc}"[:2000]

@@ -1,0 +1,66 @@
+"""What each model endpoint does with `n`, learned once per process.
+
+Asking for n samples in one request bills the prompt once, but servers differ: some return n choices
+(honoured), some return one whatever n is (ignored), some answer 400 (refused). Probing on every call costs a
+wasted request and its latency each time, so the first answer is remembered per endpoint — the server's URL
+and the model — for the life of the process; `forget()` clears it (e.g. after a server is upgraded).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Literal
+
+from aggregate_graph.errors import is_transient
+from aggregate_graph.sample_set import Candidate
+
+NMode = Literal["honoured", "ignored", "refused"]
+
+_modes: dict[tuple[str, str, str], NMode] = {}
+_lock = threading.Lock()
+
+
+def endpoint(model: Any, model_name: str) -> tuple[str, str, str]:
+    """The chat model's class, the server it sends to (the base URL when it has one) and the model it names."""
+    base_url = (
+        getattr(model, "endpoint", None) or getattr(model, "openai_api_base", None) or getattr(model, "base_url", None)
+    )
+    return type(model).__qualname__, str(base_url or ""), model_name
+
+
+def n_mode(key: tuple[str, str, str]) -> NMode | None:
+    """What the endpoint was seen to do with `n`; None until it was asked."""
+    return _modes.get(key)
+
+
+def learn(key: tuple[str, str, str], mode: NMode) -> None:
+    """Record what the endpoint did. A refusal is final; "honoured" never overrides "ignored" (a server that
+    ignored n once would waste the request again)."""
+    with _lock:
+        if _modes.get(key) not in ("refused", "ignored"):
+            _modes[key] = mode
+
+
+def forget() -> None:
+    with _lock:
+        _modes.clear()
+
+
+def after_failed_n(exc: BaseException) -> Literal["fail", "singles", "probe"]:
+    """What to do when a request for n > 1 samples failed. A transient failure: ask for the samples one by one,
+    each with its own attempts, so that partial failure leaves survivors instead of all-or-nothing. A refused
+    key, permission or model: nothing (n single requests would be refused n times). Any other refusal (400,
+    422…) may or may not be about `n`: one single request tells, before n of them are sent."""
+    if is_transient(exc):
+        return "singles"
+    return "fail" if getattr(exc, "status_code", None) in (401, 403, 404) else "probe"
+
+
+def n_was_refused(probe: Candidate, exc: BaseException) -> bool | None:
+    """After an `n` request failed with `exc`, what one single request says: True when it succeeded (the
+    endpoint refuses `n`), False when it failed the same way (the request itself is refused, e.g. too long),
+    None when it failed otherwise (no verdict)."""
+    if probe.ok:
+        return True
+    same = probe.error_status is not None and probe.error_status == getattr(exc, "status_code", None)
+    return False if same else None

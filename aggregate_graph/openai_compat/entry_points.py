@@ -1,0 +1,179 @@
+"""The wrapped client's other entry points: `chat.completions.parse` aggregates through the patched `create`;
+every other method that makes a model answer (`responses`, legacy `completions`, Assistants runs, agent and
+realtime sessions) is refused with a `RequestError` unless the call turns aggregation off — refused, never
+silently sent unaggregated.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from openai import NOT_GIVEN
+from openai.lib._parsing import parse_chat_completion, type_to_response_format_param, validate_input_tools
+
+from aggregate_graph.openai_compat.request import OPTIONS_KEY, RequestError, split_options
+
+_OFF = f'extra_body={{"{OPTIONS_KEY}": {{"enabled": False}}}}'
+
+# Entry points that make the model answer but whose answer is not a chat completion of candidates: refused
+# unless aggregation is off for the call, and then sent as they are. (path on the client, methods, what to use)
+_NOT_AGGREGATED: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("completions", ("create",), "the legacy completions API is not aggregated; use chat.completions.create"),
+    (
+        "responses",
+        ("create", "parse", "stream", "compact"),
+        "the Responses API is not aggregated; use chat.completions.create (or .parse / .stream)",
+    ),
+    (
+        "beta.responses",
+        ("create", "parse", "stream", "compact"),
+        "the Responses API is not aggregated; use chat.completions.create (or .parse / .stream)",
+    ),
+    (
+        "beta.threads",
+        ("create_and_run", "create_and_run_poll", "create_and_run_stream"),
+        "Assistants runs are not aggregated; use chat.completions.create",
+    ),
+    (
+        "beta.threads.runs",
+        (
+            "create",
+            "create_and_poll",
+            "create_and_stream",
+            "stream",
+            "submit_tool_outputs",
+            "submit_tool_outputs_and_poll",
+            "submit_tool_outputs_stream",
+        ),
+        "Assistants runs are not aggregated; use chat.completions.create",
+    ),
+    (
+        "beta.agents.sessions",
+        ("create", "stream"),
+        "agent sessions are not aggregated; use chat.completions.create with tools",
+    ),
+    (
+        "beta.agents.sessions.events",
+        ("create",),
+        "agent sessions are not aggregated; use chat.completions.create with tools",
+    ),
+    ("live", ("create",), "a live session is one model's output, not an aggregation"),
+)
+# Sessions over a websocket: one model's live output, and no extra_body to turn aggregation off with.
+_SESSIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("responses", ("connect",)),
+    ("beta.responses", ("connect",)),
+    ("realtime", ("connect",)),
+    ("beta.realtime", ("connect",)),
+    ("live", ("connect",)),
+)
+
+
+def resource(client: Any, path: str) -> Any:
+    """`client.a.b` for "a.b", or None where this openai version has no such resource."""
+    obj = client
+    for part in path.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def forget_raw_wrappers(chat_resource: Any) -> None:
+    """`with_raw_response` / `with_streaming_response` are cached wrappers around the methods as they were when
+    first used: drop them, so that the next use wraps the patched methods."""
+    for name in ("with_raw_response", "with_streaming_response"):
+        vars(chat_resource).pop(name, None)
+
+
+def patch_parse(completions: Any, create: Callable[..., Any], is_async: bool) -> None:
+    """`parse(response_format=Model, tools=[pydantic_function_tool(...)])` through the patched `create`: the
+    model becomes a json_schema response format (so the candidates' JSON objects are voted on) and the voted
+    answer is parsed into it, as openai's own `parse` does. With aggregation off, openai's own `parse`."""
+    original = getattr(completions, "parse", None)
+    if original is None:
+        return
+
+    def request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any, Any] | None:
+        options, rest = split_options(kwargs)
+        if not options.enabled:
+            return None
+        if rest.get("stream"):
+            raise RequestError("parse() does not stream; use chat.completions.stream()", param="stream")
+        response_format = kwargs.get("response_format", NOT_GIVEN)
+        tools = validate_input_tools(kwargs.get("tools", NOT_GIVEN))
+        headers = {"X-Stainless-Helper-Method": "chat.completions.parse", **(kwargs.get("extra_headers") or {})}
+        body = {**kwargs, "response_format": type_to_response_format_param(response_format), "extra_headers": headers}
+        return body, response_format, tools
+
+    if is_async:
+
+        async def aparse(**kwargs: Any) -> Any:
+            if (planned := request(kwargs)) is None:
+                return await original(**split_options(kwargs)[1])
+            body, response_format, tools = planned
+            answer = await create(**body)
+            return parse_chat_completion(response_format=response_format, input_tools=tools, chat_completion=answer)
+
+        patched: Callable[..., Any] = aparse
+    else:
+
+        def parse(**kwargs: Any) -> Any:
+            if (planned := request(kwargs)) is None:
+                return original(**split_options(kwargs)[1])
+            body, response_format, tools = planned
+            answer = create(**body)
+            return parse_chat_completion(response_format=response_format, input_tools=tools, chat_completion=answer)
+
+        patched = parse
+    completions.parse = functools.wraps(original)(patched)
+
+
+def refuse_unaggregated(client: Any) -> None:
+    """Every other entry point that makes the model answer raises `RequestError` (what to use instead), unless
+    the call turns aggregation off: then it goes, as it is, through an unwrapped copy of the client (whose own
+    helpers, e.g. `create_and_poll` calling `create`, are not patched)."""
+    copy = client.copy
+    unwrapped: list[Any] = []
+
+    def plain() -> Any:
+        if not unwrapped:
+            unwrapped.append(copy())
+        return unwrapped[0]
+
+    def refusing(path: str, name: str, method: Callable[..., Any], alternative: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            options, rest = split_options(kwargs)
+            if options.enabled:
+                raise RequestError(
+                    f"{path}.{name}() on a client wrapped by wrap_openai: {alternative}. To send it unaggregated, "
+                    f"turn aggregation off for the call ({_OFF}).",
+                    param="aggregation",
+                )
+            return getattr(resource(plain(), path), name)(*args, **rest)
+
+        return functools.wraps(method)(call)
+
+    def session(path: str, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            raise RequestError(
+                f"{path}.{name}() on a client wrapped by wrap_openai: a realtime session is one model's live "
+                "output, which cannot be aggregated. Open it with a client that is not wrapped.",
+                param="aggregation",
+            )
+
+        return functools.wraps(method)(call)
+
+    for path, names, alternative in _NOT_AGGREGATED:
+        if (found := resource(client, path)) is not None:
+            for name in names:
+                if (method := getattr(found, name, None)) is not None:
+                    setattr(found, name, refusing(path, name, method, alternative))
+            forget_raw_wrappers(found)
+    for path, names in _SESSIONS:
+        if (found := resource(client, path)) is not None:
+            for name in names:
+                if (method := getattr(found, name, None)) is not None:
+                    setattr(found, name, session(path, name, method))
