@@ -74,7 +74,7 @@ def boxed_answer(text: str) -> str | None:
     return found.strip().strip("$").strip() or None if found is not None else None
 
 
-def _last_answer_tag(text: str) -> str | None:
+def last_answer_tag(text: str) -> str | None:
     """Content of the last `<answer>…</answer>` (found from the end: linear even in a flood of open tags)."""
     lowered = text.lower()
     close = lowered.rfind("</answer>")
@@ -107,7 +107,7 @@ def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | Non
     if not text:
         return None, None
     found, how = _last_boxed(text), "boxed"
-    if found is None and (tag := _last_answer_tag(text)) is not None:
+    if found is None and (tag := last_answer_tag(text)) is not None:
         found, how = _last_boxed(tag) or tag.strip(), "tag"
     if found is None:
         found, how = _after_last_marker(text), "marker"

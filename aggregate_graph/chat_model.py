@@ -29,7 +29,7 @@ from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, model_validator
 
 from aggregate_graph.aggregators import Medoid
-from aggregate_graph.graph import MAX_N, AdaptiveSampling, build_aggregate_graph
+from aggregate_graph.graph import MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.sampling import CandidatePolicy, describe_model
@@ -56,7 +56,7 @@ class AggregatingChatModel(BaseChatModel):
     policy: CandidatePolicy | None = None
     adaptive: AdaptiveSampling | None = None
     min_candidates: int = 1
-    max_n: int = MAX_N
+    max_n: int = MAX_CANDIDATES
     max_concurrency: int = 64
     fallback: Runnable[SampleSet, Aggregation] | None = Field(default_factory=Medoid)
     store: BaseStore | None = Field(default=None, exclude=True)

@@ -15,12 +15,12 @@ from langchain_core.messages import HumanMessage
 
 from aggregate_graph.aggregators import Aggregator
 from aggregate_graph.errors import AggregateGraphError
-from aggregate_graph.graph import MAX_N, AdaptiveSampling, build_aggregate_graph
+from aggregate_graph.graph import MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, SHIPPED_SSA, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.sampling import CandidatePolicy
-from aggregate_graph.serve import DEFAULT_SERVED_NAME, SMOLLM2
+from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES, DEFAULT_SERVED_NAME, SMOLLM2
 
 AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
 SHIPPED_SSA_NAME = "ssa"
@@ -186,6 +186,7 @@ def _serve_local(args: argparse.Namespace) -> int:
             port=args.port,
             served_model_name=args.served_model_name,
             api_key=args.api_key,
+            max_body_bytes=args.max_body_bytes,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -234,112 +235,119 @@ def proxy(args: argparse.Namespace) -> int:
 
 
 def _proxy_parser(commands: Any) -> None:
-    x = commands.add_parser(
+    proxy_cmd = commands.add_parser(
         "proxy", help="an OpenAI-compatible server that answers chat completions with aggregated candidates"
     )
-    x.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
-    x.add_argument(
+    proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
+    proxy_cmd.add_argument(
         "--aggregator", choices=AGGREGATOR_NAMES, default="majority", help="default method (a request may name another)"
     )
-    x.add_argument("--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method")
-    x.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
-    x.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
-    x.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
-    x.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
-    x.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
-    x.add_argument("--port", type=int, default=8080)
-    x.add_argument(
+    proxy_cmd.add_argument(
+        "--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method"
+    )
+    proxy_cmd.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
+    proxy_cmd.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
+    proxy_cmd.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
+    proxy_cmd.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
+    proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
+    proxy_cmd.add_argument("--port", type=int, default=8080)
+    proxy_cmd.add_argument(
         "--api-key-env",
         default="AGGREGATE_GRAPH_PROXY_KEY",
         help="environment variable holding the key clients must send (default AGGREGATE_GRAPH_PROXY_KEY)",
     )
-    x.add_argument(
+    proxy_cmd.add_argument(
         "--upstream-api-key-env", default="OPENAI_API_KEY", help="environment variable with the upstream's key"
     )
-    x.add_argument(
+    proxy_cmd.add_argument(
         "--aggregator-api-key-env",
         default=AGGREGATOR_KEY_ENV,
         help="environment variable with the aggregator server's key (the upstream key is never sent there)",
     )
-    x.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
-    x.add_argument("--upstream-retries", type=int, default=2, help="retries of 429/5xx/timeouts per request")
-    x.add_argument("--max-n", type=int, default=64, help="samples per request: n × choices (default 64)")
-    x.add_argument("--max-body-bytes", type=int, default=1_000_000)
-    x.add_argument("--max-prompt-chars", type=int, default=200_000)
-    x.add_argument("--max-concurrency", type=int, default=64, help="requests in flight; more are answered 429")
-    x.add_argument("--max-request-seconds", type=float, default=300.0, help="wall time per request")
-    x.set_defaults(run=proxy)
+    proxy_cmd.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
+    proxy_cmd.add_argument("--upstream-retries", type=int, default=2, help="retries of 429/5xx/timeouts per request")
+    proxy_cmd.add_argument("--max-n", type=int, default=64, help="samples per request: n × choices (default 64)")
+    proxy_cmd.add_argument("--max-body-bytes", type=int, default=1_000_000)
+    proxy_cmd.add_argument("--max-prompt-chars", type=int, default=200_000)
+    proxy_cmd.add_argument("--max-concurrency", type=int, default=64, help="requests in flight; more are answered 429")
+    proxy_cmd.add_argument("--max-request-seconds", type=float, default=300.0, help="wall time per request")
+    proxy_cmd.set_defaults(run=proxy)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
-    commands = p.add_subparsers(dest="command", required=True)
-    a = commands.add_parser("ask", help="answer a question with n candidates and an aggregator")
-    a.add_argument("question")
-    a.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
-    a.add_argument(
+    root = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True)
+    ask_cmd = commands.add_parser("ask", help="answer a question with n candidates and an aggregator")
+    ask_cmd.add_argument("question")
+    ask_cmd.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
+    ask_cmd.add_argument(
         "--model",
         default="local",
         help='"local" (embedded SmolLM2-135M-Instruct, the default), "local:/model/folder", '
         '"openai:gpt-4o-mini", any "provider:model", or a served model name with --base-url',
     )
-    a.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, …); --model is its served model name")
-    a.add_argument("--api-key", help="key for --base-url (default: EMPTY)")
-    a.add_argument("--temperatures", type=float, nargs="+", help="a pool over these temperatures")
-    a.add_argument("--system-prompts", nargs="+", help="a pool over these system prompts")
-    a.add_argument("--max-tokens", type=int, default=256)
-    a.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate attempt")
-    a.add_argument("--attempts", type=int, default=3, help="attempts per candidate on transient errors")
-    a.add_argument("--adaptive", action="store_true", help="sample in waves, stop when candidates agree")
-    a.add_argument("--max-n", type=int, default=MAX_N, help=f"cap on --n (default {MAX_N})")
-    a.add_argument(
+    ask_cmd.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, …); --model is its served model name")
+    ask_cmd.add_argument("--api-key", help="key for --base-url (default: EMPTY)")
+    ask_cmd.add_argument("--temperatures", type=float, nargs="+", help="a pool over these temperatures")
+    ask_cmd.add_argument("--system-prompts", nargs="+", help="a pool over these system prompts")
+    ask_cmd.add_argument("--max-tokens", type=int, default=256)
+    ask_cmd.add_argument("--timeout", type=float, default=300.0, help="seconds per candidate attempt")
+    ask_cmd.add_argument("--attempts", type=int, default=3, help="attempts per candidate on transient errors")
+    ask_cmd.add_argument("--adaptive", action="store_true", help="sample in waves, stop when candidates agree")
+    ask_cmd.add_argument("--max-n", type=int, default=MAX_CANDIDATES, help=f"cap on --n (default {MAX_CANDIDATES})")
+    ask_cmd.add_argument(
         "--aggregator",
         choices=AGGREGATOR_NAMES,
         default="majority",
         help="majority (default), weighted (needs --aggregator-weights), ssa (the shipped trained SSA on the CPU, "
         "or the one at --aggregator-base-url), gsr or usc (the model at --aggregator-base-url)",
     )
-    a.add_argument("--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (WeightedVote.save)")
-    a.add_argument(
+    ask_cmd.add_argument("--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (WeightedVote.save)")
+    ask_cmd.add_argument(
         "--aggregator-base-url",
         metavar="URL",
         help=f"the aggregator model's server, e.g. serve-aggregator's (its key, if any, in {AGGREGATOR_KEY_ENV})",
     )
-    a.add_argument(
+    ask_cmd.add_argument(
         "--aggregator-model",
         metavar="NAME",
         help=f"the aggregator's served model name at --aggregator-base-url (default {DEFAULT_SERVED_NAME})",
     )
-    a.add_argument("--seed", type=int, help="sampling seed for the local model")
-    a.add_argument("--json", action="store_true", help="print the sample set as JSON")
-    a.set_defaults(run=ask)
+    ask_cmd.add_argument("--seed", type=int, help="sampling seed for the local model")
+    ask_cmd.add_argument("--json", action="store_true", help="print the sample set as JSON")
+    ask_cmd.set_defaults(run=ask)
 
-    v = commands.add_parser(
+    serve_cmd = commands.add_parser(
         "serve-aggregator", help="serve an aggregator model over the OpenAI chat-completions API (vLLM or CPU)"
     )
-    v.add_argument(
+    serve_cmd.add_argument(
         "model_dir",
         nargs="?",
         default=SMOLLM2,
         help='a transformers model folder, "smollm2" for the embedded SmolLM2-135M-Instruct (the default), or '
         '"ssa" for the shipped trained SSA (its LoRA adapter on smollm2)',
     )
-    v.add_argument("--adapter", help="a PEFT LoRA adapter folder trained on MODEL_DIR")
-    v.add_argument(
+    serve_cmd.add_argument("--adapter", help="a PEFT LoRA adapter folder trained on MODEL_DIR")
+    serve_cmd.add_argument(
         "--engine",
         choices=["vllm", "local"],
         default="vllm",
         help="vllm (GPU, the default; vLLM in its own environment) or local (CPU, needs the serve extra)",
     )
-    v.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs --api-key (local)")
-    v.add_argument("--port", type=int, default=8000)
-    v.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
-    v.add_argument("--max-model-len", type=int, help="vLLM context length (default: sized for 8 candidates)")
-    v.add_argument("--vllm", help="the vllm executable, e.g. vllm-env/bin/vllm (default: the one on PATH)")
-    v.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
-    v.set_defaults(run=serve_aggregator)
+    serve_cmd.add_argument(
+        "--host", default="127.0.0.1", help="default 127.0.0.1; another host needs --api-key (local)"
+    )
+    serve_cmd.add_argument("--port", type=int, default=8000)
+    serve_cmd.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
+    serve_cmd.add_argument("--max-model-len", type=int, help="vLLM context length (default: sized for 8 candidates)")
+    serve_cmd.add_argument("--vllm", help="the vllm executable, e.g. vllm-env/bin/vllm (default: the one on PATH)")
+    serve_cmd.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
+    serve_cmd.add_argument(
+        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger request bodies get 413 (local)"
+    )
+    serve_cmd.set_defaults(run=serve_aggregator)
     _proxy_parser(commands)
-    return p
+    return root
 
 
 def main(argv: list[str] | None = None) -> int:

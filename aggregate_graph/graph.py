@@ -1,8 +1,8 @@
 """The prebuilt graph: prepare → fan out candidate draws with `Send` (in waves when sampling adaptively)
 → aggregate → an AIMessage carrying the sample set.
 
-    START → prepare ─┬─> generate ×k ─> review ─┬─> generate ×k (next wave) …
-                     └────────────> aggregate <─┘
+    START → prepare ─┬─> generate ×k ─> wave_done ─┬─> generate ×k (next wave) …
+                     └───────────────> aggregate <─┘
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from aggregate_graph.sampling import (
     adraw_candidates,
     draw_candidates,
     is_transient,
-    message_text,
 )
 
-MAX_N = 512
+MAX_CANDIDATES = 512  # candidates one graph run may draw (`n`)
 # The types this package keeps in checkpoints: state values, and the `Draw` payloads of pending Sends.
 # LangGraph's serializer warns when it restores types it was not told about and refuses them in strict mode
 # (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
@@ -94,14 +93,14 @@ def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
         end -= 1
     for i in range(end - 1, -1, -1):
         if isinstance(messages[i], HumanMessage):
-            question = message_text(messages[i]).strip()
+            question = str(messages[i].text).strip()
             if not question:
                 raise ValueError("the last human message is empty: there is no question to answer")
             return question, list(messages[:end])
     raise ValueError("no question: the state's `messages` has no human message")
 
 
-def check_n(n: Any, max_n: int = MAX_N) -> int:
+def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"n must be an integer, got {n!r}")
     if n <= 0:
@@ -181,10 +180,10 @@ class _Nodes:
         return {"candidates": candidates}
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        return self._report(draw_candidates(draw, self.pool[draw.sampler], self.policy, config))
+        return self._report(draw_candidates(draw, self.pool[draw.sampler_index], self.policy, config))
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        return self._report(await adraw_candidates(draw, self.pool[draw.sampler], self.policy, config))
+        return self._report(await adraw_candidates(draw, self.pool[draw.sampler_index], self.policy, config))
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
         candidates = state.get("candidates") or []
@@ -298,7 +297,7 @@ def build_aggregate_graph(
     policy: CandidatePolicy | None = None,
     adaptive: AdaptiveSampling | None = None,
     min_candidates: int = 1,
-    max_n: int = MAX_N,
+    max_n: int = MAX_CANDIDATES,
     max_concurrency: int = 64,
     checkpointer: BaseCheckpointSaver | bool | None = None,
     store: BaseStore | None = None,
@@ -335,7 +334,7 @@ def build_aggregate_graph(
     builder = StateGraph(AggregateState)
     builder.add_node("prepare", nodes.prepare)
     builder.add_node("generate", _SyncAsyncNode("generate", nodes.generate, nodes.agenerate))
-    builder.add_node("review", lambda state: {})
+    builder.add_node("wave_done", lambda state: {})  # a join: the next route sees the whole wave
     builder.add_node(
         "aggregate",
         _SyncAsyncNode("aggregate", nodes.aggregate, nodes.aaggregate),
@@ -343,8 +342,8 @@ def build_aggregate_graph(
     )
     builder.add_edge(START, "prepare")
     builder.add_conditional_edges("prepare", nodes.route, ["generate", "aggregate"])
-    builder.add_edge("generate", "review")
-    builder.add_conditional_edges("review", nodes.route, ["generate", "aggregate"])
+    builder.add_edge("generate", "wave_done")
+    builder.add_conditional_edges("wave_done", nodes.route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
     configured = graph.with_config(max_concurrency=max_concurrency)

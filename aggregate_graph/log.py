@@ -3,8 +3,10 @@ for training (the data flywheel)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from langgraph.store.base import BaseStore
 
@@ -43,15 +45,21 @@ def export_sample_sets(store: BaseStore, path: str | Path, namespace: tuple[str,
     return len(sets)
 
 
-def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
-    """Sample sets from a JSONL file; a malformed line raises naming its line number."""
+def read_jsonl(path: str | Path, parse: Callable[[str], Any] = json.loads, what: str = "JSON") -> Iterator[Any]:
+    """The rows of a JSONL file, each line through `parse` (blank lines skipped): the package's one JSONL reader.
+    A malformed line raises ValueError naming the file and the line number."""
     with Path(path).open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    yield SampleSet.model_validate_json(line)
-                except ValueError as exc:
-                    raise ValueError(f"{path}:{number}: not a sample set: {exc}") from exc
+                    yield parse(line)
+                except ValueError as exc:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
+                    raise ValueError(f"{path}:{number}: not {what}: {exc}") from exc
+
+
+def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
+    """Sample sets from a JSONL file; a malformed line raises naming its line number."""
+    return read_jsonl(path, SampleSet.model_validate_json, "a sample set")
 
 
 __all__ = [
@@ -60,5 +68,6 @@ __all__ = [
     "export_sample_sets",
     "iter_logged",
     "log_sample_set",
+    "read_jsonl",
     "read_sample_sets",
 ]

@@ -1,8 +1,10 @@
 """Loaders for the real multi-sample pools and benchmarks in ../shared/data, as `SampleSet`s.
 
-The data lives beside the repository, never inside it: `data_dir()` is `$AGGREGATE_GRAPH_DATA`, else
-`<repo>/../shared/data`. Its README.md defines the pools and the reference numbers that `pool_metrics`
-reproduces (tests/test_pools.py); answers are graded with `answers.equivalent`, the package's one grader.
+The data lives beside the repository, never inside it: `data_dir()` is `$AGGREGATE_GRAPH_DATA`, else the first
+`shared/data` folder in the working directory or one of its parents (`<repo>/../shared/data` from a checkout), else
+beside the package's own folder (an editable install). Its README.md defines the pools and the reference numbers
+that `pool_metrics` reproduces (tests/test_pools.py); answers are graded with `answers.equivalent`, the package's
+one grader.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from langchain_core.runnables import Runnable
 from aggregate_graph.aggregators.base import AggregationError
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.answers import ABSTENTIONS, equivalent, normalize_answer, numeric_value, screen_answer
+from aggregate_graph.log import read_jsonl
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 ENV_VAR = "AGGREGATE_GRAPH_DATA"
@@ -43,26 +46,28 @@ _LAST_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|-?\.\d+")
 
 
 def data_dir() -> Path:
-    """The shared data folder: `$AGGREGATE_GRAPH_DATA`, else `<repo>/../shared/data`."""
-    configured = os.environ.get(ENV_VAR)
-    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data"
-    if not path.is_dir():
-        raise FileNotFoundError(
-            f"shared data folder {path} is missing: put the data at <repo>/../shared/data or set {ENV_VAR}"
-        )
-    return path
+    """The shared data folder: `$AGGREGATE_GRAPH_DATA`, else `shared/data` in the working directory or a parent,
+    else in the package's folder or a parent (an editable install: `<repo>/../shared/data`)."""
+    if configured := os.environ.get(ENV_VAR):
+        if not Path(configured).is_dir():
+            raise FileNotFoundError(f"{ENV_VAR}={configured} is not a folder: point {ENV_VAR} at the shared data")
+        return Path(configured)
+    starts = (Path.cwd(), Path(__file__).resolve().parents[1])
+    for start in starts:
+        for folder in (start, *start.parents):
+            if (folder / "shared" / "data").is_dir():
+                return folder / "shared" / "data"
+    raise FileNotFoundError(
+        f"no shared data folder: {ENV_VAR} is not set and there is no shared/data in {starts[0]}, {starts[1]} or "
+        f"their parents; set {ENV_VAR}=/path/to/shared/data (the folder holding gsm8k/ and samples/)"
+    )
 
 
 def _file(data: str | Path | None, relative: str) -> Path:
     path = (Path(data) if data is not None else data_dir()) / relative
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing (data folder: {ENV_VAR} or <repo>/../shared/data)")
+        raise FileNotFoundError(f"{path} is missing (the data folder is {ENV_VAR}, else ../shared/data)")
     return path
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 RESERVED_MODULUS = 5
@@ -76,7 +81,7 @@ def question_key(question: str) -> str:
 def reserved_questions(data: str | Path | None = None) -> frozenset[str]:
     """The project's reserved evaluation problems: GSM8K test ids with `id % 5 == 0` (264 questions, whitespace
     normalised). Nothing is built, trained, early-stopped or chosen on them; they are evaluated once."""
-    rows = _jsonl(_file(data, BENCHMARKS["gsm8k"]))
+    rows = read_jsonl(_file(data, BENCHMARKS["gsm8k"]))
     return frozenset(question_key(row["question"]) for i, row in enumerate(rows) if i % RESERVED_MODULUS == 0)
 
 
@@ -137,10 +142,11 @@ def load_faithful_cot(
     chosen = [c for c in FAITHFUL_COT_CONFIGS if c in wanted]
     if not chosen:
         raise ValueError("no Faithful-CoT config chosen")
-    problems = _jsonl(_file(data, BENCHMARKS["gsm8k"]))
+    problems = list(read_jsonl(_file(data, BENCHMARKS["gsm8k"])))
     by_config = {}
     for config in chosen:
-        rows = {row["id"]: row for row in _jsonl(_file(data, f"samples/faithful_cot_gsm8k/{config}/predictions.jsonl"))}
+        predictions = _file(data, f"samples/faithful_cot_gsm8k/{config}/predictions.jsonl")
+        rows = {row["id"]: row for row in read_jsonl(predictions)}
         if sorted(rows) != list(range(len(problems))):
             raise ValueError(f"{config}: ids do not cover the {len(problems)} GSM8K test problems")
         by_config[config] = rows
@@ -183,7 +189,7 @@ def load_gpt3_solutions(data: str | Path | None = None, *, abstentions: Sequence
     """GSM8K test with the 4 GPT-3 systems of Cobbe et al. 2021 as candidates, in `GPT3_SYSTEMS` order.
     The answer is the text after the last `A:` (an abstention does not vote, see `load_faithful_cot`);
     `params["is_correct"]` is the dataset's own verdict."""
-    rows = _jsonl(_file(data, "samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"))
+    rows = read_jsonl(_file(data, "samples/gsm8k_example_model_solutions/example_model_solutions.jsonl"))
     return [
         SampleSet(
             id=f"gsm8k-test-{i}",
@@ -211,7 +217,7 @@ def load_qwen_math(data: str | Path | None = None, *, abstentions: Sequence[str]
     (an abstention does not vote, see `load_faithful_cot`);
     `params` keeps its sympy verdict `score` and the Qwen2.5-Math-RM-72B reward `pred_score` (`[float]`),
     e.g. for `BestOfN(score_from_params("pred_score"))`."""
-    rows = _jsonl(_file(data, "samples/qwen25math_math_cot_100/math_cot_100.jsonl"))
+    rows = read_jsonl(_file(data, "samples/qwen25math_math_cot_100/math_cot_100.jsonl"))
     sets = []
     for row in rows:
         responses, preds, scores, rewards = row["response"], row["pred"], row["score"], row["pred_score"]
@@ -248,7 +254,7 @@ def load_benchmark(name_or_path: str | Path, data: str | Path | None = None) -> 
     path = _file(data, BENCHMARKS[name]) if name in BENCHMARKS else Path(name_or_path)
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing; known benchmark names: {sorted(BENCHMARKS)}")
-    rows = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else _jsonl(path)
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.suffix == ".json" else read_jsonl(path)
     stem = name if name in BENCHMARKS else path.stem
     sets = []
     for i, row in enumerate(rows):

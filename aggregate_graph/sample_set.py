@@ -1,6 +1,6 @@
 """The one data type that flows through everything: a question, its candidates and their aggregation.
 
-Graph state, aggregators, the sample-set log and (later) training all read and write these models, so a
+Graph state, aggregators, the sample-set log and training all read and write these models, so a
 sample set written by a run can be replayed, re-aggregated or trained on without conversion.
 """
 
@@ -150,10 +150,3 @@ class SampleSet(BaseModel):
         if self.aggregation is not None and self.aggregation.usage is not None:
             total += self.aggregation.usage
         return total
-
-    def to_json(self) -> str:
-        return self.model_dump_json()
-
-    @classmethod
-    def from_json(cls, data: str | bytes) -> SampleSet:
-        return cls.model_validate_json(data)

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -155,12 +155,6 @@ def remaining(policy: CandidatePolicy, started: float) -> CandidatePolicy | None
     return policy.model_copy(update={"deadline_s": left}) if left > 0 else None
 
 
-def message_text(message: BaseMessage) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    return "".join(p if isinstance(p, str) else str(p.get("text", "")) for p in message.content)
-
-
 def _request_usage(result: LLMResult) -> Usage | None:
     """Usage of the whole request: providers report it once per request even when it returns n choices."""
     if (token_usage := (result.llm_output or {}).get("token_usage")) and isinstance(token_usage, dict):
@@ -178,9 +172,10 @@ def _request_usage(result: LLMResult) -> Usage | None:
 
 @dataclass(frozen=True)
 class Draw:
-    """A request for the candidates at `indices`, all from one sampler: the payload of one LangGraph `Send`."""
+    """A request for the candidates at `indices`, all from the pool's sampler at `sampler_index`: the payload of
+    one LangGraph `Send` (an index, not the sampler itself, so that the payload checkpoints as plain data)."""
 
-    sampler: int
+    sampler_index: int
     indices: tuple[int, ...]
     messages: tuple[BaseMessage, ...]
     wave: int = 0
@@ -195,7 +190,7 @@ def _candidates(
     out = []
     for index, generation in zip(draw.indices, generations, strict=False):
         message = generation.message if isinstance(generation, ChatGeneration) else None
-        text = message_text(message) if message is not None else generation.text
+        text = str(message.text) if message is not None else generation.text
         meta = {**(message.response_metadata if message is not None else {}), **(generation.generation_info or {})}
         candidate = Candidate(
             index=index,
@@ -325,25 +320,51 @@ def draw_candidates(
 
 
 def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
-    return Draw(draw.sampler, indices, draw.messages, draw.wave)
+    return Draw(draw.sampler_index, indices, draw.messages, draw.wave)
+
+
+class _NextStep(NamedTuple):
+    """After a failed `n` request, or its probe: the candidates settled so far, and the draw still to be asked
+    for one by one (None: nothing) under `policy`."""
+
+    done: list[Candidate]
+    singles: Draw | None
+    policy: CandidatePolicy | None = None
+
+
+def _after_failed_n(draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float) -> _NextStep:
+    """What follows a failed `n` request before any probe: give up, ask for all one by one, or probe (the
+    returned draw is then the probe's single sample)."""
+    action, left = after_failed_n(exc), remaining(policy, started)
+    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
+        return _NextStep(_failed(draw, sampler, exc, time.perf_counter() - started), None)
+    if action == "singles":
+        return _NextStep([], draw, left)
+    return _NextStep([], _subdraw(draw, draw.indices[:1]), left)
+
+
+def _after_probe(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float, probe: list[Candidate]
+) -> _NextStep:
+    """What the probe's answer means for the rest of the draw (`n_was_refused`), and remembers it."""
+    rest, verdict = _subdraw(draw, draw.indices[1:]), n_was_refused(probe[0], exc)
+    if verdict is True:
+        learn(sampler.endpoint, "refused")
+    if verdict is False or (left := remaining(policy, started)) is None:
+        return _NextStep(probe + _failed(rest, sampler, exc, time.perf_counter() - started), None)
+    return _NextStep(probe, rest, left)
 
 
 def _after_failed_n_sync(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
 ) -> list[Candidate]:
-    action, left = after_failed_n(exc), remaining(policy, started)
-    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    if action == "singles":
-        return _draw_singles_sync(draw, sampler, left, config)
-    probe = draw_candidates(_subdraw(draw, draw.indices[:1]), sampler, left, config)
-    rest = _subdraw(draw, draw.indices[1:])
-    verdict = n_was_refused(probe[0], exc)
-    if verdict is True:
-        learn(sampler.endpoint, "refused")
-    if verdict is False or (left := remaining(policy, started)) is None:
-        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
-    return probe + _draw_singles_sync(rest, sampler, left, config)
+    step = _after_failed_n(draw, sampler, policy, exc, started)
+    if step.singles is not None and after_failed_n(exc) == "probe":
+        probe = draw_candidates(step.singles, sampler, step.policy, config)
+        step = _after_probe(draw, sampler, policy, exc, started, probe)
+    if step.singles is None:
+        return step.done
+    return step.done + _draw_singles_sync(step.singles, sampler, step.policy, config)
 
 
 def _draw_singles_sync(
@@ -388,19 +409,13 @@ async def adraw_candidates(
 async def _after_failed_n_async(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
 ) -> list[Candidate]:
-    action, left = after_failed_n(exc), remaining(policy, started)
-    if action == "fail" or left is None:
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    if action == "singles":
-        return await _draw_singles_async(draw, sampler, left, config)
-    probe = await adraw_candidates(_subdraw(draw, draw.indices[:1]), sampler, left, config)
-    rest = _subdraw(draw, draw.indices[1:])
-    verdict = n_was_refused(probe[0], exc)
-    if verdict is True:
-        learn(sampler.endpoint, "refused")
-    if verdict is False or (left := remaining(policy, started)) is None:
-        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
-    return probe + await _draw_singles_async(rest, sampler, left, config)
+    step = _after_failed_n(draw, sampler, policy, exc, started)
+    if step.singles is not None and after_failed_n(exc) == "probe":
+        probe = await adraw_candidates(step.singles, sampler, step.policy, config)
+        step = _after_probe(draw, sampler, policy, exc, started, probe)
+    if step.singles is None:
+        return step.done
+    return step.done + await _draw_singles_async(step.singles, sampler, step.policy, config)
 
 
 async def _draw_singles_async(
@@ -410,9 +425,7 @@ async def _draw_singles_async(
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
-            return await adraw_candidates(
-                Draw(draw.sampler, (index,), draw.messages, draw.wave), sampler, policy, config
-            )
+            return await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config)
 
     batches = await asyncio.gather(*(one(i) for i in draw.indices))
     return [c for batch in batches for c in batch]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from training.build import BuildConfig, build
 from training.grpo import GRPOStepConfig, grpo
+from training.modeling import ModelArguments
 from training.sft import SFTStepConfig, sft
 
 
@@ -34,20 +35,22 @@ def main() -> int:
         build(BuildConfig(sample_sets="faithful_cot:gpt4_COT,code002_COT,text003_COT", output_dir=str(data),
                           k_min=3, k_max=3, subsets_per_problem=1, max_candidate_tokens=64, hard_fraction=None,
                           validation_fraction=0.0, limit=32))  # fmt: skip
-        common = {"model": "smollm2", "data_dir": str(data), "logging_steps": 1, "save_steps": 10_000}
+        common = {"data_dir": str(data), "logging_steps": 1, "save_steps": 10_000}
+        model = ModelArguments(model_name_or_path="smollm2")
         if args.sft_steps:
             config = SFTStepConfig(
                 **common, output_dir=f"{tmp}/sft", max_steps=args.sft_steps, per_device_train_batch_size=2
             )
-            rows.append(("SFT, LoRA r=16, batch 2 (TRL's loss)", sft(config), args.sft_steps))
+            rows.append(("SFT, LoRA r=16, batch 2 (TRL's loss)", sft(config, model), args.sft_steps))
             # What the shipped SSA trains with: no padding (batch 1), the LM head on the answer tokens only.
             config = SFTStepConfig(**common, output_dir=f"{tmp}/sft1", max_steps=args.sft_steps * 2,
                                    per_device_train_batch_size=1, token_metrics=False)  # fmt: skip
-            rows.append(("SFT, LoRA r=16, batch 1, answer tokens only", sft(config), args.sft_steps * 2))
+            rows.append(("SFT, LoRA r=16, batch 1, answer tokens only", sft(config, model), args.sft_steps * 2))
         if args.grpo_steps:
             result = grpo(
                 GRPOStepConfig(**common, output_dir=f"{tmp}/grpo", max_steps=args.grpo_steps, num_generations=4,
-                               per_device_train_batch_size=4, max_completion_length=64)
+                               per_device_train_batch_size=4, max_completion_length=64),
+                model,
             )  # fmt: skip
             rows.append(("GRPO, LoRA r=16, 4 generations x 64 tokens", result, args.grpo_steps))
     print(f"\nSmolLM2-135M-Instruct on CPU, {args.threads} threads")

@@ -112,7 +112,7 @@ def test_majority_vote_records_abstentions_with_their_reasons():
     assert result.answer == "5" and result.votes == {"5": 2.0}
     assert result.details["abstained"] == 2
     assert result.details["abstentions"] == {"1": "unknown", "3": "[invalid]"}
-    assert SampleSet.from_json(s.to_json()).candidates[1].abstention == "unknown"
+    assert SampleSet.model_validate_json(s.model_dump_json()).candidates[1].abstention == "unknown"
 
 
 def test_an_abstention_never_votes_even_if_an_answer_was_left_on_it():

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from aggregate_graph import Candidate, SampleSet, SSAStyle, WeightedVote, load_faithful_cot
 from aggregate_graph.aggregators import render_ssa_prompt
+from aggregate_graph.log import read_jsonl
 from aggregate_graph.pools import is_reserved
 from aggregate_graph.registry import load_trained_aggregator
 from tests.conftest import chat
 from training.build import BuildConfig, build
-from training.data import load_sample_sets, read_jsonl
+from training.data import load_sample_sets
 from training.evaluate import EvaluateConfig, evaluate
 
 COMPACT = SSAStyle(
@@ -58,7 +59,7 @@ def test_trained_folder_renders_the_prompts_it_was_trained_on(tmp_path: Path, se
     folder.mkdir()
     for name in ("aggregator.json", "weights.json"):
         shutil.copy(tmp_path / "data" / name, folder / name)
-    row = read_jsonl(tmp_path / "data" / "train.jsonl")[0]
+    row = next(read_jsonl(tmp_path / "data" / "train.jsonl"))
     assert row["completion"][0]["content"] == f"<answer>{row['gold']}</answer>"
     sets = {s.id: s for s in load_sample_sets("faithful_cot", limit=40)}
     set_id, indices = row["id"].split("/")

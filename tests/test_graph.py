@@ -174,7 +174,7 @@ def test_non_utf8_bytes_cost_only_the_broken_request(serve):
     assert len(s.candidates) == 3 and s.aggregation.answer == "42"
     assert [c.error.split(":")[0] for c in s.failed] == ["UnicodeDecodeError"]  # the undecodable body
     assert "x ? #### 42" in [c.text for c in s.succeeded]  # a lone surrogate was made valid text
-    json.loads(s.to_json())
+    json.loads(s.model_dump_json())
 
 
 @pytest.mark.parametrize(

@@ -199,6 +199,16 @@ def test_missing_data_names_the_path_and_the_variable(monkeypatch, tmp_path):
         load_qwen_math()
 
 
+def test_data_is_found_from_the_working_directory(monkeypatch, tmp_path):
+    """Without AGGREGATE_GRAPH_DATA, `shared/data` in the working directory or a parent: `<repo>/../shared/data`
+    from anywhere in a checkout, wherever the package is installed (tests/test_install.py installs it)."""
+    monkeypatch.delenv("AGGREGATE_GRAPH_DATA", raising=False)
+    (tmp_path / "shared" / "data").mkdir(parents=True)
+    (tmp_path / "repo" / "sub").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo" / "sub")
+    assert data_dir() == (tmp_path / "shared" / "data").resolve()
+
+
 def test_pools_screen_abstentions_by_the_runtimes_rule(faithful_cot):
     """The loaders apply `answers.screen_answer`, as the runtime does: "[invalid]", "None" and sentences such as
     "The answer cannot be determined …" do not vote and keep their reason. This changes six gpt-3.5-turbo_standard

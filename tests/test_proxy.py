@@ -21,6 +21,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI, OpenAI
+from pydantic import SecretStr
 
 from aggregate_graph import sample_sets_from
 from aggregate_graph.openai_compat.proxy import ProxyConfig, create_proxy_app, serve_proxy
@@ -347,3 +348,88 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# --- the proxy's pieces, each by itself --------------------------------------------------------------
+
+
+def test_failures_map_to_scrubbed_openai_errors() -> None:
+    from aggregate_graph.openai_compat.proxy import Scrubber, proxy_error
+    from aggregate_graph.openai_compat.request import RequestError
+    from aggregate_graph.serve.http import OpenAIError
+
+    scrub = Scrubber(SecretStr(UPSTREAM_KEY))
+    own = OpenAIError(429, "busy")
+    assert proxy_error(own, scrub, max_request_s=1) is own
+    bad = proxy_error(RequestError("n must be positive", param="n"), scrub, max_request_s=1)
+    assert (bad.status, bad.param) == (400, "n")
+    late = proxy_error(TimeoutError(), scrub, max_request_s=2.5)
+    assert (late.status, late.code, late.message) == (504, "upstream_timeout", "the request took longer than 2.5s")
+    crash = proxy_error(RuntimeError(f"boom with {UPSTREAM_KEY}"), scrub, max_request_s=1)
+    assert (crash.status, crash.kind) == (500, "server_error") and UPSTREAM_KEY not in crash.message
+
+
+def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
+    from aggregate_graph.openai_compat.proxy import RequestSlots
+    from aggregate_graph.serve.http import OpenAIError
+
+    slots = RequestSlots(1)
+    release = slots.take()
+    with pytest.raises(OpenAIError) as refused:
+        slots.take()
+    assert refused.value.status == 429 and refused.value.code == "rate_limit_exceeded"
+    release()
+    release()  # a second release of the same slot frees nothing more
+    assert slots.used == 0
+    slots.take()
+    assert slots.used == 1
+
+
+def test_request_arguments_and_the_prompt_limit() -> None:
+    from aggregate_graph.openai_compat.proxy import check_prompt_size, create_arguments
+    from aggregate_graph.serve.http import OpenAIError
+
+    body = {"model": "m", "messages": QUESTION, "top_k": 5, "aggregation": {"n": 3}}
+    assert create_arguments(body) == {
+        "model": "m",
+        "messages": QUESTION,
+        "extra_body": {"top_k": 5, "aggregation": {"n": 3}},
+    }
+    check_prompt_size(body, 1000)
+    with pytest.raises(OpenAIError) as too_long:
+        check_prompt_size(body, 10)
+    assert too_long.value.code == "context_length_exceeded" and too_long.value.param == "messages"
+
+
+async def test_a_stream_that_fails_midway_ends_with_the_error_then_done() -> None:
+    from aggregate_graph.openai_compat.proxy import Scrubber, proxy_error, sse_events
+
+    class Chunk:
+        def model_dump(self, **_: Any) -> dict[str, Any]:
+            return {"choices": [{"delta": {"content": f"key {UPSTREAM_KEY}"}}]}
+
+    class Stream:
+        closed = False
+
+        async def __aiter__(self) -> Any:
+            yield Chunk()
+            raise RuntimeError(f"upstream gone ({UPSTREAM_KEY})")
+
+        async def close(self) -> None:
+            self.closed = True
+
+    scrub, stream, released = Scrubber(SecretStr(UPSTREAM_KEY)), Stream(), []
+    events = [
+        event
+        async for event in sse_events(
+            stream,
+            scrub=scrub,
+            to_error=lambda exc: proxy_error(exc, scrub, max_request_s=1),
+            release=lambda: released.append(True),
+            deadline=asyncio.get_running_loop().time() + 10,
+        )
+    ]
+    assert events[-1] == "data: [DONE]\n\n" and all(e.startswith("data: ") for e in events)
+    assert json.loads(events[0][6:])["choices"][0]["delta"]["content"] == "key ***"
+    assert json.loads(events[1][6:])["error"]["type"] == "server_error"
+    assert UPSTREAM_KEY not in "".join(events) and released == [True] and stream.closed

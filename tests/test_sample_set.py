@@ -1,7 +1,8 @@
 import pytest
 from pydantic import ValidationError
 
-from aggregate_graph import Aggregation, Candidate, SampleSet, Usage
+from aggregate_graph import Aggregation, Candidate, SampleSet, Usage, read_sample_sets
+from aggregate_graph.log import read_jsonl
 
 
 def test_json_round_trip_keeps_everything():
@@ -24,7 +25,7 @@ def test_json_round_trip_keeps_everything():
         aggregation=Aggregation(method="majority_vote", answer="4", text="#### 4", votes={"4": 1.0}, support=[1]),
         metadata={"waves": 1},
     )
-    again = SampleSet.from_json(s.to_json())
+    again = SampleSet.model_validate_json(s.model_dump_json())
     assert again == s
     assert [c.index for c in again.candidates] == [0, 1]  # request order, whatever order they came in
     assert [c.index for c in again.failed] == [0] and [c.index for c in again.succeeded] == [1]
@@ -54,7 +55,7 @@ def test_non_utf8_text_is_made_valid_and_serialisable():
     lone_surrogate = Candidate(index=1, text="x \udcff y")
     assert lone_surrogate.text == "x ? y"
     s = SampleSet(question=b"q\xff", candidates=[c, lone_surrogate])
-    assert SampleSet.from_json(s.to_json().encode()).candidates[1].text == "x ? y"
+    assert SampleSet.model_validate_json(s.model_dump_json().encode()).candidates[1].text == "x ? y"
 
 
 def test_every_text_field_is_made_serialisable():
@@ -65,5 +66,17 @@ def test_every_text_field_is_made_serialisable():
         candidates=[c],
         aggregation=Aggregation(method="m", answer="7\ud800", text="x\ud800"),
     )
-    again = SampleSet.from_json(s.to_json())
+    again = SampleSet.model_validate_json(s.model_dump_json())
     assert again.candidates[0].answer == "7?" and again.aggregation.text == "x?" and again.gold == "7?"
+
+
+def test_jsonl_files_are_read_by_one_reader_that_names_the_bad_line(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n{"a": 2\n')
+    rows = read_jsonl(path)
+    assert next(rows) == {"a": 1}
+    with pytest.raises(ValueError, match=r"rows\.jsonl:3: not JSON"):
+        next(rows)
+    path.write_text(SampleSet(question="q").model_dump_json() + '\n{"candidates": []}\n')
+    with pytest.raises(ValueError, match=r"rows\.jsonl:2: not a sample set"):
+        list(read_sample_sets(path))

@@ -129,6 +129,46 @@ def test_cli_refuses_an_exposed_local_server_without_a_key() -> None:
     assert done.returncode == 2 and "only to --engine vllm" in done.stderr
 
 
+# --- the local engine: what it refuses before the model is asked ---------------------------------
+
+
+def test_the_local_engine_refuses_bodies_over_its_limit_and_bad_requests(model_folder: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    # The model is never loaded: outside `with`, the lifespan does not run, and every request here is refused first.
+    app = create_app(model_folder, api_key=KEY, max_body_bytes=2000)
+    http = TestClient(app)
+    auth = {"Authorization": f"Bearer {KEY}"}
+    big = {"model": "aggregator", "messages": [{"role": "user", "content": "x" * 3000}]}
+    too_big = http.post("/v1/chat/completions", json=big, headers=auth)
+    assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "too_large"
+    assert "at most 2000" in too_big.json()["error"]["message"]
+    for body in (b"{not json", b"[1, 2]", b"\xff\xfe"):
+        bad = http.post("/v1/chat/completions", content=body, headers=auth)
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    unknown = http.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": PROMPT}, headers=auth)
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
+    assert http.post("/v1/chat/completions", json=big).status_code == 401  # the key is checked before the body
+
+
+def test_chat_requests_are_parsed_or_refused_in_openai_shape() -> None:
+    from aggregate_graph.serve.http import OpenAIError
+    from aggregate_graph.serve.local import MAX_CHOICES_PER_REQUEST, parse_chat_request
+
+    chat = parse_chat_request({"model": "m", "messages": PROMPT, "n": 2, "stop": "."}, "m")
+    assert chat.options()["n"] == 2 and chat.stops() == ["."]
+    refusals = [
+        ({"model": "m", "messages": PROMPT, "tools": [{"type": "function"}]}, "tools"),
+        ({"model": "m", "messages": PROMPT, "n": MAX_CHOICES_PER_REQUEST + 1}, "n"),
+        ({"model": "m", "messages": PROMPT, "n": 2, "stream": True}, "n"),
+        ({"model": "other", "messages": PROMPT}, "model"),
+    ]
+    for body, param in refusals:
+        with pytest.raises(OpenAIError) as refused:
+            parse_chat_request(body, "m")
+        assert refused.value.param == param
+
+
 # --- the local engine: a real server --------------------------------------------------------------
 
 

@@ -13,12 +13,12 @@ from langgraph.store.memory import InMemoryStore
 from aggregate_graph import build_aggregate_graph, equivalent, export_sample_sets, read_sample_sets
 from aggregate_graph.aggregators.gsr import parse_gsr_output
 from aggregate_graph.aggregators.ssa import parse_ssa_output
+from aggregate_graph.log import read_jsonl
 from tests.conftest import chat
 from tests.training_fixtures import toy_sample_sets
 from training.build import BuildConfig, build
-from training.cli import main
+from training.cli import main, parse
 from training.collect import CollectConfig, collect
-from training.data import read_jsonl
 from training.targets import gsr_target, ssa_target
 
 
@@ -42,7 +42,7 @@ def test_build_splits_by_problem_mixes_hard_sets_and_is_deterministic(tmp_path: 
         hard_fraction=0.5, validation_fraction=0.25, seed=1,
     )  # fmt: skip
     summary = build(config)
-    train, validation = read_jsonl(tmp_path / "a" / "train.jsonl"), read_jsonl(tmp_path / "a" / "validation.jsonl")
+    train, validation = (list(read_jsonl(tmp_path / "a" / f"{split}.jsonl")) for split in ("train", "validation"))
     assert not {r["problem"] for r in train} & {r["problem"] for r in validation}
     assert 1 <= summary["validation"]["problems"] <= 4 and summary["train"]["problems"] >= 4
     rows = train + validation
@@ -66,7 +66,7 @@ def test_build_filters_long_prompts_and_writes_gsr(tmp_path: Path) -> None:
                     hard_fraction=None, max_prompt_tokens=150, validation_fraction=0.0)
     )  # fmt: skip
     assert summary["validation"]["examples"] == 0
-    rows = read_jsonl(tmp_path / "g" / "train.jsonl")
+    rows = list(read_jsonl(tmp_path / "g" / "train.jsonl"))
     assert rows and all(r["k"] == 3 and len(r["prompt"][0]["content"]) <= 600 for r in rows)
     assert all("Candidate solutions:" in r["prompt"][0]["content"] for r in rows)
     assert all(parse_gsr_output(r["completion"][0]["content"]) == "42" for r in rows)
@@ -86,7 +86,7 @@ def test_teacher_targets_keep_only_traces_that_reach_the_gold(tmp_path: Path, se
                     validation_fraction=0.0, targets="teacher", teacher_model="test-model",
                     teacher_base_url=server.base_url, teacher_samples=4, concurrency=2)
     )  # fmt: skip
-    rows = read_jsonl(tmp_path / "t" / "train.jsonl")
+    rows = list(read_jsonl(tmp_path / "t" / "train.jsonl"))
     assert summary["teacher_rejected"] == 2 and len(rows) == 4
     assert all(r["completion"][0]["content"] == "<think>Check 6 * 7.</think> <answer>42</answer>" for r in rows)
     assert not any(r["problem"].startswith("The red fox") for r in rows)
@@ -154,9 +154,67 @@ def test_scale_out_configs_load_in_accelerate(name: str) -> None:
 
 
 def test_example_step_config_is_a_valid_sft_config() -> None:
-    from transformers import HfArgumentParser
+    # TRL's own checks run as the file is read: bf16 needs a GPU, or use_cpu (given here as a flag after the file).
+    config, model = parse("sft", ["training/configs/sft_ssa_example.yaml", "--use_cpu"])
+    assert model.use_peft and config.bf16 and model.lora_r == 32
 
-    from training.sft import SFTStepConfig
 
-    (config,) = HfArgumentParser(SFTStepConfig).parse_yaml_file("training/configs/sft_ssa_example.yaml")
-    assert config.use_lora and config.bf16 and config.lora_r == 32
+def sft_yaml(path: Path) -> Path:
+    """A config file with the README's names (`model`, `use_lora`) beside TRL's."""
+    path.write_text(
+        "model: models/base\ndata_dir: runs/data\noutput_dir: runs/sft\nuse_lora: false\nmax_steps: 100\n"
+        "learning_rate: 2.0e-4\nlora_r: 8\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_sft_reads_a_yaml_file_and_flags_together_flags_winning(tmp_path: Path) -> None:
+    config_file = sft_yaml(tmp_path / "sft.yaml")
+    # `aggregate-train sft cfg.yaml --max_steps 5` (the README's form) and TRL's `--config cfg.yaml`
+    for argv in ([str(config_file), "--max_steps", "5"], ["--max_steps", "5", "--config", str(config_file)]):
+        config, model = parse("sft", argv)
+        assert config.max_steps == 5 and config.learning_rate == 2e-4 and config.output_dir == "runs/sft"
+        assert model.model_name_or_path == "models/base" and not model.use_peft and model.lora_r == 8
+    config, model = parse("sft", [str(config_file), "--use_lora", "--lora_r", "16", "--model", "models/other"])
+    assert model.use_peft and model.lora_r == 16 and model.model_name_or_path == "models/other"
+    # flags alone, with the project's defaults on top of TRL's
+    config, model = parse("sft", ["--model", "m", "--data_dir", "d", "--output_dir", "o", "--eval_steps", "10"])
+    assert (config.learning_rate, config.num_train_epochs, config.max_length, config.seed) == (1e-4, 1.0, 2048, 0)
+    assert not config.bf16 and not config.gradient_checkpointing and config.per_device_eval_batch_size == 4
+    assert config.assistant_only_loss and config.completion_only_loss and config.eval_strategy == "steps"
+    assert model.use_peft and model.lora_target_modules == "all-linear" and model.lora_dropout == 0.0
+    config, model = parse("grpo", ["--model", "m", "--data_dir", "d", "--output_dir", "o", "--no_use_lora"])
+    assert (config.learning_rate, config.beta, config.max_completion_length) == (1e-5, 0.001, 1024)
+    assert not model.use_peft and not config.remove_unused_columns
+
+
+@pytest.mark.parametrize(
+    ("step", "flags", "error"),
+    [
+        ("sft", ["--lora_r", "0"], "lora_r must be at least 1"),
+        ("sft", ["--max_length", "0"], "max_length must be positive"),
+        ("sft", ["--model", ""], "a base model is required"),
+        ("grpo", ["--remove_unused_columns", "true"], "remove_unused_columns must stay false"),
+        ("grpo", ["--num_generations", "3"], "must be divisible by num_generations"),  # TRL's own check
+    ],
+)
+def test_bad_values_fail_in_post_init_before_a_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, flags: list[str], error: str
+) -> None:
+    import training.grpo
+    import training.sft
+
+    def loading(*_: object, **__: object) -> None:
+        raise AssertionError("a model or tokenizer was loaded before the config was checked")
+
+    for module in (training.sft, training.grpo):
+        monkeypatch.setattr(module, "load_model", loading)
+        monkeypatch.setattr(module, "load_tokenizer", loading)
+    with pytest.raises(ValueError, match=error):
+        main([step, str(sft_yaml(tmp_path / "sft.yaml")), *flags])
+
+
+def test_build_config_checks_its_values_when_made() -> None:
+    with pytest.raises(ValueError, match="k_min <= k_max"):
+        main(["build", "--sample_sets", "missing.jsonl", "--output_dir", "out", "--k_min", "4", "--k_max", "3"])

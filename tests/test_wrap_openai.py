@@ -310,10 +310,10 @@ def test_timeouts_are_the_clients_own(serve) -> None:
     assert all(c.error.startswith("APITimeoutError") for c in caught.value.sample_set.candidates)
     # and the graph never cuts a call short of the client's whole retry cycle (3 × 600 s here)
     from aggregate_graph.openai_compat.request import plan_request, split_options
-    from aggregate_graph.openai_compat.wrap import Aggregating
+    from aggregate_graph.openai_compat.wrap import ClientCreate, CompletionsAggregator
 
-    engine = Aggregating(
-        (upstream, False),
+    engine = CompletionsAggregator(
+        ClientCreate(upstream, False),
         n=2,
         aggregator="majority",
         aggregator_create=None,

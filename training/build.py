@@ -80,6 +80,14 @@ class BuildConfig:
     limit: int | None = field(default=None, metadata={"help": "use the first N sample sets only"})
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.k_min <= self.k_max:
+            raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
+        if self.gsr_plain_fraction > 0 and (self.format != "gsr" or not self.gsr_plain_fraction < 1):
+            raise ValueError("gsr_plain_fraction is for --format gsr and must be below 1")
+        if self.targets == "teacher" and self.teacher_model is None:
+            raise ValueError("targets=teacher needs --teacher_model (and --teacher_base_url for a served model)")
+
 
 def _subset_sizes(config: BuildConfig, available: int) -> list[int]:
     low, high = min(config.k_min, available), min(config.k_max, available)
@@ -148,7 +156,12 @@ def style_of(config: BuildConfig) -> SSAStyle:
     return SSAStyle(**{f.name: getattr(config, f.name) for f in fields(SSAStyle)})
 
 
-def _examples(
+def load_sets(config: BuildConfig) -> list[SampleSet]:
+    """The sample sets examples are built from: those with a gold answer, within `limit` and `problems`."""
+    return [s for s in load_sample_sets(config.sample_sets, config.limit, config.problems) if s.gold is not None]
+
+
+def subset_examples(
     sets: list[SampleSet], config: BuildConfig, fmt: Format, weights: WeightedVote | None, rng: random.Random
 ) -> list[dict[str, Any]]:
     count_tokens = _token_counter(config) if config.max_prompt_tokens is not None else None
@@ -191,8 +204,6 @@ def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int,
     (as a candidate) and refines (as the aggregator). `gsr_plain_fraction` of all examples; one per problem."""
     if config.gsr_plain_fraction <= 0:
         return []
-    if config.format != "gsr" or not config.gsr_plain_fraction < 1:
-        raise ValueError("gsr_plain_fraction is for --format gsr and must be below 1")
     wanted = round(refinements * config.gsr_plain_fraction / (1 - config.gsr_plain_fraction))
     rows = []
     for sample_set in rng.sample(sets, len(sets)):
@@ -216,8 +227,6 @@ def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int,
 
 
 def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
-    if config.teacher_model is None:
-        raise ValueError("targets=teacher needs --teacher_model (and --teacher_base_url for a served model)")
     if config.teacher_base_url is None:
         from aggregate_graph import load_chat_model
 
@@ -234,38 +243,47 @@ def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
     )
 
 
-def build(config: BuildConfig) -> dict[str, Any]:
-    """Write train.jsonl / validation.jsonl / build.json to `output_dir`; returns the summary (build.json)."""
-    if not 1 <= config.k_min <= config.k_max:
-        raise ValueError(f"need 1 <= k_min <= k_max, got {config.k_min}, {config.k_max}")
-    fmt, rng = FORMATS[config.format], random.Random(config.seed)
-    sets = [s for s in load_sample_sets(config.sample_sets, config.limit, config.problems) if s.gold is not None]
-    # Problems are split before any example exists, so the split does not depend on sampling or mixing.
-    held_out = split_problems([problem_key(s) for s in sets], config.validation_fraction, rng)
-    out = Path(config.output_dir)
-    weights = _weights(config, [s for s in sets if problem_key(s) not in held_out], out)
-    examples = mix(_examples(sets, config, fmt, weights, rng), config.hard_fraction, rng)
-    examples += plain_examples(sets, config, len(examples), rng)
-    rejected = 0
-    if config.targets == "teacher":
-        traces = teacher_targets(
-            _teacher(config),
-            [e["prompt"][0]["content"] for e in examples],
-            [e["gold"] for e in examples],
-            fmt,
-            config.teacher_samples,
-            config.concurrency,
-        )
-        for example, trace in zip(examples, traces, strict=True):
-            example["completion"] = [{"role": "assistant", "content": trace}]
-        rejected = sum(t is None for t in traces)
-        examples = [e for e, t in zip(examples, traces, strict=True) if t is not None]
-    for e in examples:
-        del e["order"]
-    splits = {
-        "train": [e for e in examples if e["problem"] not in held_out],
-        "validation": [e for e in examples if e["problem"] in held_out],
+def teacher_completions(
+    examples: list[dict[str, Any]], config: BuildConfig, fmt: Format
+) -> tuple[list[dict[str, Any]], int]:
+    """GSR's distillation: each example's completion replaced by a teacher's trace that reaches the gold answer
+    (rejection sampling, `teacher_samples` tries); examples without one are dropped. Returns the kept examples and
+    how many were rejected."""
+    traces = teacher_targets(
+        _teacher(config),
+        [e["prompt"][0]["content"] for e in examples],
+        [e["gold"] for e in examples],
+        fmt,
+        config.teacher_samples,
+        config.concurrency,
+    )
+    kept = [
+        {**e, "completion": [{"role": "assistant", "content": trace}]}
+        for e, trace in zip(examples, traces, strict=True)
+        if trace is not None
+    ]
+    return kept, len(examples) - len(kept)
+
+
+def split_rows(examples: list[dict[str, Any]], held_out: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """The written rows of each split: the held-out problems' examples are the validation split."""
+    rows = [{key: value for key, value in e.items() if key != "order"} for e in examples]
+    return {
+        "train": [r for r in rows if r["problem"] not in held_out],
+        "validation": [r for r in rows if r["problem"] in held_out],
     }
+
+
+def write_build(
+    out: Path,
+    config: BuildConfig,
+    splits: dict[str, list[dict[str, Any]]],
+    held_out_sets: list[SampleSet],
+    weighted: bool,
+    rejected: int,
+) -> dict[str, Any]:
+    """train.jsonl / validation.jsonl, the held-out sample sets, build.json (the summary, returned) and
+    aggregator.json (the format and render settings the trained model keeps)."""
     summary: dict[str, Any] = {"config": asdict(config), "teacher_rejected": rejected}
     for name, rows in splits.items():
         write_jsonl(out / f"{name}.jsonl", rows)
@@ -275,11 +293,28 @@ def build(config: BuildConfig) -> dict[str, Any]:
             "hard": sum(r["hard"] for r in rows),
         }
     # The held-out sample sets themselves, so `evaluate` can score the trained aggregator on unseen problems.
-    write_jsonl(out / "validation_sets.jsonl", (s.model_dump(mode="json") for s in sets if problem_key(s) in held_out))
+    write_jsonl(out / "validation_sets.jsonl", (s.model_dump(mode="json") for s in held_out_sets))
     write_json(out / "build.json", summary)
     record = {"format": config.format, "k": config.k_max, "style": style_of(config).to_dict()}
-    write_json(out / AGGREGATOR_FILE, record | {"weights": WEIGHTS_FILE if weights is not None else None})
+    write_json(out / AGGREGATOR_FILE, record | {"weights": WEIGHTS_FILE if weighted else None})
     return summary
+
+
+def build(config: BuildConfig) -> dict[str, Any]:
+    """Write train.jsonl / validation.jsonl / build.json to `output_dir`; returns the summary (build.json)."""
+    fmt, rng = FORMATS[config.format], random.Random(config.seed)
+    out = Path(config.output_dir)
+    sets = load_sets(config)
+    # Problems are split before any example exists, so the split does not depend on sampling or mixing.
+    held_out = split_problems([problem_key(s) for s in sets], config.validation_fraction, rng)
+    weights = _weights(config, [s for s in sets if problem_key(s) not in held_out], out)
+    examples = mix(subset_examples(sets, config, fmt, weights, rng), config.hard_fraction, rng)
+    examples += plain_examples(sets, config, len(examples), rng)
+    rejected = 0
+    if config.targets == "teacher":
+        examples, rejected = teacher_completions(examples, config, fmt)
+    held_out_sets = [s for s in sets if problem_key(s) in held_out]
+    return write_build(out, config, split_rows(examples, held_out), held_out_sets, weights is not None, rejected)
 
 
 def _weights(config: BuildConfig, train_sets: list[SampleSet], out: Path) -> WeightedVote | None:

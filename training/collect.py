@@ -10,7 +10,6 @@ A rerun skips the sample sets already in the output, so an interrupted collectio
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tqdm.auto import tqdm
 
 from aggregate_graph import CandidatePolicy, MajorityVote, SampleSet, build_aggregate_graph, load_benchmark
 from aggregate_graph.errors import AggregateGraphError
+from aggregate_graph.log import read_jsonl
 from training.data import POOLS, load_sample_sets
 
 
@@ -52,16 +52,13 @@ def is_sample_set_file(dataset: str) -> bool:
         return True
     if not path.is_file() or path.suffix != ".jsonl":
         return False
-    with path.open(encoding="utf-8") as f:
-        first = next((line for line in f if line.strip()), "{}")
-    return "candidates" in json.loads(first)
+    return "candidates" in next(read_jsonl(path), {})
 
 
 def done_ids(output: Path) -> set[str]:
     if not output.is_file():
         return set()
-    with output.open(encoding="utf-8") as f:
-        return {json.loads(line)["id"] for line in f if line.strip()}
+    return {row["id"] for row in read_jsonl(output)}
 
 
 def policy_model(config: CollectConfig) -> Any:

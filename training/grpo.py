@@ -11,8 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trl import GRPOConfig
+
 from aggregate_graph import equivalent
 from training.modeling import (
+    ModelArguments,
     TrainStepConfig,
     build_format,
     keep_render_settings,
@@ -20,6 +23,7 @@ from training.modeling import (
     load_model,
     load_split,
     load_tokenizer,
+    redeclare,
     save_step_config,
     tokens_seen,
 )
@@ -27,24 +31,23 @@ from training.targets import FORMATS, Format
 
 
 @dataclass
-class GRPOStepConfig(TrainStepConfig):
+class GRPOStepConfig(TrainStepConfig, GRPOConfig):
+    """TRL's `GRPOConfig` (every GRPOTrainer flag: num_generations, beta, temperature, use_vllm, vllm_mode, …) with
+    `build`'s data, resuming, the SFT adapter to continue, and this project's defaults: the SSA paper's RL knobs."""
+
     adapter: str | None = field(default=None, metadata={"help": "a LoRA adapter to keep training, e.g. sft's output"})
-    # The SSA paper's RL knobs: samples per prompt, learning rate, KL coefficient, completion length, temperature.
-    num_generations: int = field(default=8, metadata={"help": "completions sampled per prompt (the group)"})
-    learning_rate: float = 1e-5
-    beta: float = field(default=0.001, metadata={"help": "KL coefficient against the reference model (0: none)"})
-    max_completion_length: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
     format_reward: float = field(default=0.1, metadata={"help": "added when the output parses in the format"})
-    loss_type: str = "dapo"
-    num_iterations: int = 1
-    per_device_train_batch_size: int = field(default=8, metadata={"help": "completions per device and step"})
-    use_vllm: bool = False
-    vllm_mode: str = field(default="colocate", metadata={"help": "colocate (same GPUs) or server (trl vllm-serve)"})
-    vllm_server_base_url: str | None = None
-    vllm_gpu_memory_utilization: float = 0.3
-    log_completions: bool = False
+    learning_rate: float = redeclare(GRPOConfig, "learning_rate", 1e-5)
+    beta: float = redeclare(GRPOConfig, "beta", 0.001, help="KL coefficient against the reference model (0: none)")
+    max_completion_length: int | None = redeclare(GRPOConfig, "max_completion_length", 1024)
+    per_device_train_batch_size: int = redeclare(
+        GRPOConfig, "per_device_train_batch_size", 8, help="completions per device and step"
+    )
+
+    def __post_init__(self) -> None:
+        if self.remove_unused_columns:
+            raise ValueError("remove_unused_columns must stay false: the reward reads the `gold` column")
+        super().__post_init__()
 
 
 def rewards(fmt: Format, format_reward: float) -> list[Callable[..., list[float]]]:
@@ -62,42 +65,26 @@ def rewards(fmt: Format, format_reward: float) -> list[Callable[..., list[float]
     return [correctness, well_formed]
 
 
-def grpo(config: GRPOStepConfig) -> dict[str, Any]:
+def grpo(config: GRPOStepConfig, model: ModelArguments) -> dict[str, Any]:
     """Train, save the model (or adapter) and tokenizer to `output_dir`, and return the trainer's metrics."""
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer, get_peft_config
 
-    args = GRPOConfig(
-        **config.trainer_args(),
-        num_generations=config.num_generations,
-        beta=config.beta,
-        max_completion_length=config.max_completion_length,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        loss_type=config.loss_type,
-        num_iterations=config.num_iterations,
-        use_vllm=config.use_vllm,
-        vllm_mode=config.vllm_mode,
-        vllm_server_base_url=config.vllm_server_base_url,
-        vllm_gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-        log_completions=config.log_completions,
-        remove_unused_columns=False,  # the reward reads the `gold` column
-    )
     train = load_split(config.data_dir, "train", ["prompt", "gold"])
     if train is None:
         raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
     # Continuing the SFT adapter keeps one adapter for export; a fresh LoRA is added only without one.
     trainer = GRPOTrainer(
-        model=load_model(config.model, config.adapter, bf16=config.bf16),
+        model=load_model(model, config.adapter, bf16=config.bf16),
         reward_funcs=rewards(FORMATS[build_format(config.data_dir)], config.format_reward),
-        args=args,
+        args=config,
         train_dataset=train,
-        processing_class=load_tokenizer(config.model),
-        peft_config=config.peft_config() if config.adapter is None else None,
+        processing_class=load_tokenizer(model.model_name_or_path),
+        peft_config=get_peft_config(model) if config.adapter is None else None,
     )
     resume = last_checkpoint(config.output_dir) if config.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
     trainer.processing_class.save_pretrained(config.output_dir)
     keep_render_settings(config.data_dir, config.output_dir)
-    save_step_config(config.output_dir, "grpo", config, config.model)
+    save_step_config("grpo", config, model)
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}

@@ -1,19 +1,23 @@
-"""What the SFT and GRPO steps share: loading the model and tokenizer, LoRA, datasets, checkpoints to resume."""
+"""What the SFT and GRPO steps share: their configs on top of TRL's (`ModelConfig` for the model and LoRA, this
+project's defaults for `SFTConfig` / `GRPOConfig`), loading the model and tokenizer, datasets, checkpoints to resume."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from transformers import TrainingArguments
+from trl import ModelConfig, get_quantization_config
+
+from aggregate_graph.log import read_jsonl
 from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.serve import resolve_model_dir
 
 if TYPE_CHECKING:
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
@@ -26,13 +30,19 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def load_model(model: str, adapter: str | None = None, bf16: bool = False) -> PreTrainedModel:
-    """The base model, with `adapter` (e.g. the SFT step's LoRA) loaded trainable so training continues it."""
+def load_model(model: ModelConfig, adapter: str | None = None, bf16: bool = False) -> PreTrainedModel:
+    """The base model, with `adapter` (e.g. the SFT step's LoRA) loaded trainable so training continues it.
+    Loaded in `model.dtype`, or without one in bfloat16 when training in bf16 and float32 otherwise."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    dtype = model.dtype or ("bfloat16" if bf16 else "float32")
     loaded = AutoModelForCausalLM.from_pretrained(
-        resolve_model_dir(model), dtype=torch.bfloat16 if bf16 else torch.float32, local_files_only=True
+        resolve_model_dir(model.model_name_or_path),
+        dtype=dtype if dtype == "auto" else getattr(torch, dtype),
+        attn_implementation=model.attn_implementation,
+        quantization_config=get_quantization_config(model),
+        local_files_only=True,
     )
     if adapter is not None:
         from peft import PeftModel
@@ -41,19 +51,12 @@ def load_model(model: str, adapter: str | None = None, bf16: bool = False) -> Pr
     return loaded
 
 
-def lora_config(r: int, alpha: int, dropout: float, target_modules: list[str]) -> LoraConfig:
-    from peft import LoraConfig
-
-    targets: str | list[str] = "all-linear" if target_modules == ["all-linear"] else target_modules
-    return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, task_type="CAUSAL_LM")
-
-
 def load_split(data_dir: str, split: str, columns: list[str]) -> Dataset | None:
     """One split of `build`'s output with only the columns the trainer reads (None when the file is empty)."""
     from datasets import Dataset
 
     path = Path(data_dir) / f"{split}.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = list(read_jsonl(path))
     if not rows:
         return None
     return Dataset.from_list([{c: row[c] for c in columns} for row in rows])
@@ -80,11 +83,14 @@ def last_checkpoint(output_dir: str) -> str | None:
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
-def save_step_config(output_dir: str, step: str, config: Any, base_model: str) -> None:
-    """Record how the model in `output_dir` was made; `export` reads the base model and writes it to the card."""
-    record = {"step": step, "base_model": str(resolve_model_dir(base_model)), "config": asdict(config)}
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / "training_step.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+def save_step_config(step: str, args: TrainingArguments, model: ModelConfig) -> None:
+    """Record how the model in `args.output_dir` was made (the trainer's and the model's configs); `export` reads
+    the base model and writes the record to the card."""
+    base = str(resolve_model_dir(model.model_name_or_path))
+    record = {"step": step, "base_model": base, "config": args.to_dict() | asdict(model)}
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    text = json.dumps(record, indent=2, default=str) + "\n"
+    (Path(args.output_dir) / "training_step.json").write_text(text, encoding="utf-8")
 
 
 def tokens_seen(trainer: Any) -> float:
@@ -92,44 +98,71 @@ def tokens_seen(trainer: Any) -> float:
     return max((entry.get("num_tokens", 0) for entry in trainer.state.log_history), default=0)
 
 
+def redeclare(config: type, name: str, default: Any = MISSING, help: str | None = None, **kwargs: Any) -> Any:
+    """A TRL config's field as a subclass redeclares it: another default, the same help unless given (so the flag
+    reads as before), and `aliases` (other flag names, see `training.parsing`) or `kw_only` when given."""
+    metadata = {**config.__dataclass_fields__[name].metadata, **({"help": help} if help else {})}
+    if aliases := kwargs.pop("aliases", None):
+        metadata["aliases"] = aliases
+    return field(default=default, metadata=metadata, **kwargs)
+
+
+@dataclass
+class ModelArguments(ModelConfig):
+    """TRL's `ModelConfig` (the model and its LoRA; `trl.get_peft_config` turns it into peft's config) with this
+    project's names and defaults: `--model` and `--use_lora` / `--no_use_lora` as well as TRL's names, LoRA on."""
+
+    model_name_or_path: str | None = redeclare(
+        ModelConfig,
+        "model_name_or_path",
+        None,
+        help="base model folder (or `smollm2`, the embedded SmolLM2-135M-Instruct)",
+        aliases=["--model"],
+    )
+    dtype: str | None = redeclare(
+        ModelConfig, "dtype", None, help="load dtype (default: bfloat16 with --bf16, else float32)"
+    )
+    use_peft: bool = redeclare(
+        ModelConfig, "use_peft", True, help="train a LoRA adapter; --no_use_lora: all weights", aliases=["--use_lora"]
+    )
+    # 0: on CPU, dropout masks on every LoRA input cost about a fifth of an SFT step (profiled on SmolLM2-135M).
+    lora_dropout: float = redeclare(ModelConfig, "lora_dropout", 0.0)
+    lora_target_modules: list[str] | None = field(
+        default_factory=lambda: ["all-linear"],
+        metadata={"help": "LoRA target modules (all-linear: every linear layer)"},
+    )
+
+    def __post_init__(self) -> None:
+        if not self.model_name_or_path:
+            raise ValueError("a base model is required: --model (--model_name_or_path) FOLDER")
+        if self.lora_r < 1 or self.lora_alpha <= 0:
+            raise ValueError(f"lora_r must be at least 1 and lora_alpha positive, got {self.lora_r}, {self.lora_alpha}")
+        if not 0 <= self.lora_dropout < 1:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        super().__post_init__()
+        # TRL turns a one-name list into the name; peft reads a string as a regex over full module paths, so only
+        # `all-linear` (peft's keyword) stays a string: `--lora_target_modules q_proj` still means the q_proj layers.
+        if isinstance(self.lora_target_modules, str) and self.lora_target_modules != "all-linear":
+            self.lora_target_modules = [self.lora_target_modules]
+
+
 @dataclass
 class TrainStepConfig:
-    """What `sft` and `grpo` share: the model, the data, LoRA, and the trainer's schedule and bookkeeping."""
+    """What `sft` and `grpo` add to TRL's trainer configs (mixed in before `SFTConfig` / `GRPOConfig`): `build`'s
+    data, resuming, and this project's defaults for the schedule and bookkeeping. The model is `ModelArguments`."""
 
-    model: str = field(metadata={"help": "base model folder (or `smollm2`, the embedded SmolLM2-135M-Instruct)"})
-    data_dir: str = field(metadata={"help": "`build`'s output folder"})
-    output_dir: str = field(metadata={"help": "checkpoints and the final model / adapter"})
-    use_lora: bool = True
-    lora_r: int = 16
-    lora_alpha: int = 32
-    # 0: on CPU, dropout masks on every LoRA input cost about a fifth of an SFT step (profiled on SmolLM2-135M).
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
-    learning_rate: float = 1e-4
-    num_train_epochs: float = 1.0
-    max_steps: int = field(default=-1, metadata={"help": "stop after this many steps (overrides epochs)"})
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    gradient_checkpointing: bool = False
-    bf16: bool = False
-    use_cpu: bool = False
-    logging_steps: int = 10
-    save_steps: int = 200
-    save_total_limit: int = 2
+    output_dir: str = redeclare(
+        TrainingArguments, "output_dir", help="checkpoints and the final model / adapter", kw_only=True
+    )
+    data_dir: str = field(kw_only=True, metadata={"help": "`build`'s output folder"})
     resume: bool = field(default=True, metadata={"help": "continue from the newest checkpoint in output_dir"})
-    report_to: str = "none"
-    seed: int = 0
-
-    def trainer_args(self) -> dict[str, Any]:
-        """The TRL trainer config fields these map onto one for one."""
-        names = (
-            "output_dir", "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "gradient_checkpointing", "bf16", "use_cpu", "logging_steps",
-            "save_steps", "save_total_limit", "report_to", "seed",
-        )  # fmt: skip
-        return {name: getattr(self, name) for name in names}
-
-    def peft_config(self) -> LoraConfig | None:
-        if not self.use_lora:
-            return None
-        return lora_config(self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_target_modules)
+    learning_rate: float = redeclare(TrainingArguments, "learning_rate", 1e-4)
+    num_train_epochs: float = redeclare(TrainingArguments, "num_train_epochs", 1.0)
+    per_device_train_batch_size: int = redeclare(TrainingArguments, "per_device_train_batch_size", 4)
+    # Off unless asked for (TRL turns it on): None is transformers' own default, which resolves to False without
+    # its deprecation warning; --activation_checkpointing (the new name) or --gradient_checkpointing turn it on.
+    gradient_checkpointing: bool | None = redeclare(TrainingArguments, "gradient_checkpointing", None)
+    bf16: bool = redeclare(TrainingArguments, "bf16", False)
+    save_steps: float = redeclare(TrainingArguments, "save_steps", 200)
+    save_total_limit: int | None = redeclare(TrainingArguments, "save_total_limit", 2)
+    seed: int = redeclare(TrainingArguments, "seed", 0)

@@ -6,13 +6,17 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from trl import SFTConfig
+
 from training.modeling import (
+    ModelArguments,
     TrainStepConfig,
     keep_render_settings,
     last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
+    redeclare,
     save_step_config,
     tokens_seen,
 )
@@ -21,13 +25,19 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class SFTStepConfig(TrainStepConfig):
-    max_length: int | None = field(default=2048, metadata={"help": "truncate prompt + completion to this"})
-    assistant_only_loss: bool = field(
-        default=True,
-        metadata={"help": "loss on the assistant turn only (completion-only where the template has no markers)"},
+class SFTStepConfig(TrainStepConfig, SFTConfig):
+    """TRL's `SFTConfig` (every SFTTrainer flag) with `build`'s data, resuming, and this project's defaults."""
+
+    max_length: int | None = redeclare(SFTConfig, "max_length", 2048, help="truncate prompt + completion to this")
+    assistant_only_loss: bool = redeclare(
+        SFTConfig,
+        "assistant_only_loss",
+        True,
+        help="loss on the assistant turn only (completion-only where the template has no markers)",
     )
-    eval_steps: int | None = None
+    per_device_eval_batch_size: int | None = redeclare(
+        SFTConfig, "per_device_eval_batch_size", None, help="default: per_device_train_batch_size"
+    )
     token_metrics: bool = field(
         default=True,
         metadata={
@@ -35,6 +45,17 @@ class SFTStepConfig(TrainStepConfig):
             "(a short answer after a long prompt trains several times faster on CPU)"
         },
     )
+
+    def __post_init__(self) -> None:
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be positive (or unset), got {self.max_length}")
+        if self.per_device_eval_batch_size is None:
+            self.per_device_eval_batch_size = self.per_device_train_batch_size
+        if self.eval_steps and self.eval_strategy == "no":  # --eval_steps N alone evaluates every N steps
+            self.eval_strategy = "steps"
+        if self.assistant_only_loss and self.completion_only_loss is None:
+            self.completion_only_loss = True
+        super().__post_init__()
 
 
 def _answer_tokens_trainer() -> type:
@@ -70,43 +91,36 @@ def _answer_tokens_trainer() -> type:
     return AnswerTokensSFTTrainer
 
 
-def sft(config: SFTStepConfig) -> dict[str, Any]:
+def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
     """Train, save the model (or adapter) and tokenizer to `output_dir`, and return the trainer's metrics."""
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTTrainer, get_peft_config
     from trl.chat_template_utils import has_generation_markers
 
-    tokenizer = load_tokenizer(config.model)
+    tokenizer = load_tokenizer(model.model_name_or_path)
     # TRL masks with `{% generation %}` markers when the template has them. Without them (e.g. SmolLM2's), the
-    # prompt/completion split masks exactly the same tokens for these single-turn examples: the completion is
-    # the assistant turn. Either way only the aggregator's answer is learned, never the candidates.
+    # prompt/completion split (`completion_only_loss`) masks exactly the same tokens for these single-turn examples:
+    # the completion is the assistant turn. Either way only the aggregator's answer is learned, never the candidates.
     markers = bool(tokenizer.chat_template) and has_generation_markers(tokenizer.chat_template)
     if config.assistant_only_loss and not markers:
         logger.info("chat template has no generation markers: masking by the prompt/completion split instead")
-    args = SFTConfig(
-        **config.trainer_args(),
-        per_device_eval_batch_size=config.per_device_train_batch_size,
-        max_length=config.max_length,
-        assistant_only_loss=config.assistant_only_loss and markers,
-        completion_only_loss=config.assistant_only_loss or None,
-        eval_strategy="steps" if config.eval_steps else "no",
-        eval_steps=config.eval_steps,
-    )
+        config.assistant_only_loss = False
     train = load_split(config.data_dir, "train", ["prompt", "completion"])
     if train is None:
         raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
+    evaluating = config.eval_strategy != "no"
     trainer_class = SFTTrainer if config.token_metrics else _answer_tokens_trainer()
     trainer = trainer_class(
-        model=load_model(config.model, bf16=config.bf16),
-        args=args,
+        model=load_model(model, bf16=config.bf16),
+        args=config,
         train_dataset=train,
-        eval_dataset=load_split(config.data_dir, "validation", ["prompt", "completion"]) if config.eval_steps else None,
+        eval_dataset=load_split(config.data_dir, "validation", ["prompt", "completion"]) if evaluating else None,
         processing_class=tokenizer,
-        peft_config=config.peft_config(),
+        peft_config=get_peft_config(model),
     )
     resume = last_checkpoint(config.output_dir) if config.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
     tokenizer.save_pretrained(config.output_dir)
     keep_render_settings(config.data_dir, config.output_dir)
-    save_step_config(config.output_dir, "sft", config, config.model)
+    save_step_config("sft", config, model)
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.llm import Decision, LLMAggregator, ask, render_candidates, shown_candidates
+from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates, shown_candidates
 from aggregate_graph.answers import boxed_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
@@ -43,7 +43,7 @@ class GSRAggregator(LLMAggregator):
         self.rounds = rounds
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
-        return ask(render_gsr_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
+        return as_messages(render_gsr_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
 
     def decide(self, output: str, shown: list[Candidate]) -> Decision:
         answer = parse_gsr_output(output)

@@ -18,8 +18,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from aggregate_graph.aggregators.base import AggregationError, Aggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
+from aggregate_graph.errors import describe, is_transient
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
-from aggregate_graph.sampling import describe, is_transient, message_text
 
 CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
 _MARKUP = re.compile(r"</?\s*(answer|think)\s*>", re.IGNORECASE)
@@ -113,7 +113,7 @@ class LLMAggregator(Aggregator):
     def _aggregation(
         self, sample_set: SampleSet, shown: list[Candidate], response: Any, started: float, config: Any
     ) -> Aggregation:
-        output = message_text(response) if isinstance(response, BaseMessage) else str(response)
+        output = str(response.text) if isinstance(response, BaseMessage) else str(response)
         decision = self.decide(output, shown)
         details = {
             "raw_output": output,
@@ -201,5 +201,6 @@ class LLMAggregator(Aggregator):
         return await self.arun(sample_set, shown_candidates(sample_set, self.k), config)
 
 
-def ask(prompt: str) -> list[BaseMessage]:
+def as_messages(prompt: str) -> list[BaseMessage]:
+    """A rendered aggregator prompt as the one-turn conversation the aggregator model is asked."""
     return [HumanMessage(prompt)]

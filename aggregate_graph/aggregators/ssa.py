@@ -18,7 +18,7 @@ from aggregate_graph.aggregators.llm import (
     CHARS_PER_TOKEN,
     Decision,
     LLMAggregator,
-    ask,
+    as_messages,
     fit_budget,
     neutralise,
     render_candidates,
@@ -26,7 +26,7 @@ from aggregate_graph.aggregators.llm import (
 )
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior, source_of
-from aggregate_graph.answers import _last_answer_tag, extract_answer, stated_answer
+from aggregate_graph.answers import extract_answer, last_answer_tag, stated_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 SSA_INSTRUCTION = (
@@ -142,7 +142,7 @@ def parse_ssa_output(text: str) -> SSAOutput:
         text, lowered = text[close + len("</think>") :], lowered[close + len("</think>") :]
     if (still_thinking := lowered.find("<think>")) >= 0:
         text = text[:still_thinking]
-    tag = _last_answer_tag(text)
+    tag = last_answer_tag(text)
     if tag is None:
         return SSAOutput(None, "no_answer_tag")
     answer = extract_answer(f"<answer>{tag}</answer>", last_number=False)
@@ -168,7 +168,7 @@ class SSAAggregator(LLMAggregator):
         self.style, self.weights = style, weights
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
-        return ask(
+        return as_messages(
             render_ssa_prompt(
                 sample_set.question, shown, self.max_candidate_tokens, style=self.style, weights=self.weights
             )

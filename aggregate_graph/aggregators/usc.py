@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
 
-from aggregate_graph.aggregators.llm import Decision, LLMAggregator, ask, render_candidates
+from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 USC_INSTRUCTION = (
@@ -35,7 +35,7 @@ class USCAggregator(LLMAggregator):
     name = "usc"
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
-        return ask(render_usc_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
+        return as_messages(render_usc_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))
 
     def decide(self, output: str, shown: list[Candidate]) -> Decision:
         choice = parse_usc_choice(output, len(shown))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,9 +194,6 @@ class LocalChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        import torch
-        from transformers import TextIteratorStreamer
-
         params = self._sampling_params(kwargs)
         if params.n != 1:
             raise ValueError("streaming produces a single completion; use invoke() for n > 1")
@@ -206,54 +203,22 @@ class LocalChatModel(BaseChatModel):
             tokenizer, model = self._load()
             inputs = self._encode(tokenizer, messages)
             prompt_tokens = inputs["input_ids"].shape[1]
-            streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-            cancelled = threading.Event()
-            outcome: dict[str, Any] = {}
-
-            def cancel_requested(input_ids: torch.Tensor, scores: Any, **_: Any) -> torch.Tensor:
-                return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
-
-            def run() -> None:
-                try:
-                    outcome["sequences"] = model.generate(
-                        **inputs,
-                        **self._generation_kwargs(params, stops, tokenizer),
-                        streamer=streamer,
-                        stopping_criteria=[cancel_requested],
-                    )
-                except BaseException as error:  # re-raised in the consuming thread below
-                    outcome["error"] = error
-                    streamer.end()  # unblocks the iteration below
-
-            worker = threading.Thread(target=run, name="local-chat-model-stream", daemon=True)
+            generation = _BackgroundGeneration(
+                model, tokenizer, inputs, self._generation_kwargs(params, stops, tokenizer)
+            )
             with self._randomness(params.seed):
-                worker.start()
+                generation.start()
                 try:
-                    pending = ""
-                    for piece in streamer:
-                        pending += piece
-                        cut = _first_stop(pending, stops)
-                        if cut is not None:
-                            if pending[:cut]:
-                                yield _text_chunk(pending[:cut])
-                            break
-                        # Hold back a tail that could still grow into a stop string.
-                        ready = len(pending) - _stop_prefix_overlap(pending, stops)
-                        if ready:
-                            yield _text_chunk(pending[:ready])
-                            pending = pending[ready:]
-                    else:
-                        if pending:
-                            yield _text_chunk(pending)
+                    for text in _until_stop(generation.streamer, stops):
+                        yield _text_chunk(text)
                 finally:
                     # Also reached when the consumer abandons the stream: stop the worker
                     # instead of letting it decode up to max_new_tokens under the lock.
-                    cancelled.set()
-                    worker.join()
-        if "error" in outcome:
-            raise outcome["error"]
+                    generation.stop()
+        if generation.error is not None:
+            raise generation.error
 
-        generated = outcome["sequences"][0, prompt_tokens:].tolist()
+        generated = generation.sequences[0, prompt_tokens:].tolist()
         completion = _complete(tokenizer, generated, _end_token_ids(model), stops)
         final = self._message(completion, prompt_tokens)
         yield ChatGenerationChunk(
@@ -432,3 +397,57 @@ def _stop_prefix_overlap(text: str, stops: Sequence[str]) -> int:
 
 def _text_chunk(text: str) -> ChatGenerationChunk:
     return ChatGenerationChunk(message=AIMessageChunk(content=text))
+
+
+class _BackgroundGeneration:
+    """`model.generate` in a worker thread, its text arriving through `streamer` as it is decoded; `stop()` ends
+    it at the next token (a stopping criterion reads the flag) and waits for the thread."""
+
+    def __init__(self, model: Any, tokenizer: Any, inputs: Any, generation_kwargs: dict[str, Any]) -> None:
+        import torch
+        from transformers import TextIteratorStreamer
+
+        self.streamer = TextIteratorStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+        self.sequences: Any = None
+        self.error: BaseException | None = None
+        cancelled = threading.Event()
+
+        def cancel_requested(input_ids: torch.Tensor, scores: Any, **_: Any) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), cancelled.is_set(), dtype=torch.bool, device=input_ids.device)
+
+        def run() -> None:
+            try:
+                self.sequences = model.generate(
+                    **inputs, **generation_kwargs, streamer=self.streamer, stopping_criteria=[cancel_requested]
+                )
+            except BaseException as error:  # re-raised in the consuming thread
+                self.error = error
+                self.streamer.end()  # unblocks the consumer's iteration
+
+        self._cancelled = cancelled
+        self._worker = threading.Thread(target=run, name="local-chat-model-stream", daemon=True)
+
+    def start(self) -> None:
+        self._worker.start()
+
+    def stop(self) -> None:
+        self._cancelled.set()
+        self._worker.join()
+
+
+def _until_stop(pieces: Iterable[str], stops: list[str]) -> Iterator[str]:
+    """The streamed text up to the first stop string, holding back a tail that could still grow into one."""
+    pending = ""
+    for piece in pieces:
+        pending += piece
+        cut = _first_stop(pending, stops)
+        if cut is not None:
+            if pending[:cut]:
+                yield pending[:cut]
+            return
+        ready = len(pending) - _stop_prefix_overlap(pending, stops)
+        if ready:
+            yield pending[:ready]
+            pending = pending[ready:]
+    if pending:
+        yield pending

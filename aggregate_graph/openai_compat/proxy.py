@@ -28,13 +28,21 @@ from openai.resources.chat.completions import AsyncCompletions
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from starlette.background import BackgroundTask
 
-from aggregate_graph.errors import AggregateGraphError
+from aggregate_graph.errors import AggregateGraphError, describe
 from aggregate_graph.graph import QuorumError
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import ENGINE_ATTRIBUTE, wrap_openai
 from aggregate_graph.registry import AGGREGATOR_NAMES
-from aggregate_graph.sampling import describe
-from aggregate_graph.serve.http import OpenAIError, bearer_check, is_loopback, openai_error
+from aggregate_graph.serve.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    SSE_DONE,
+    OpenAIError,
+    add_error_handlers,
+    bearer_check,
+    is_loopback,
+    read_json,
+    sse,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +56,11 @@ _CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters
     "timeout",
 }
 _TIMEOUT_ERRORS = ("TimeoutError", "APITimeoutError")  # how `describe` starts a timed-out candidate's error
-_DRAIN_LIMIT = 256 * 1024 * 1024  # an oversized body is read (and dropped) up to this, then the connection closes
 _KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
+
+MAX_SAMPLES_PER_REQUEST = 64
+"""The proxy's default cap on the samples one request draws (`n` candidates × choices): each is an upstream call
+paid for with the upstream key."""
 
 
 class ProxyConfig(BaseModel):
@@ -69,8 +80,8 @@ class ProxyConfig(BaseModel):
     api_key: SecretStr | None = Field(default=None, description="clients must send it as a bearer token")
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     upstream_retries: int = Field(default=2, ge=0)
-    max_n: int = Field(default=64, ge=1, description="samples per request: n candidates × choices")
-    max_body_bytes: int = Field(default=1_000_000, ge=1)
+    max_n: int = Field(default=MAX_SAMPLES_PER_REQUEST, ge=1, description="samples per request: n candidates × choices")
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1)
     max_prompt_chars: int = Field(default=200_000, ge=1)
     max_concurrency: int = Field(default=64, ge=1, description="requests in flight; more are answered 429")
     max_request_s: float = Field(default=300.0, gt=0, description="wall time per request, streams included")
@@ -148,32 +159,27 @@ def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
     return 502, "upstream_error", "upstream_error"
 
 
-async def _read_body(request: Request, limit: int) -> dict[str, Any]:
-    """The JSON body, refused (413) past `limit` bytes, whether declared or chunked. An oversized body is read
-    on (and dropped) up to `_DRAIN_LIMIT`, so a client — which sends its whole body before reading — gets the
-    413 rather than a reset connection; past that, or when the declared length is, the connection is dropped."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > _DRAIN_LIMIT:
-        raise OpenAIError(413, f"the request body is {declared} bytes; this server takes at most {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size <= limit:
-            chunks.append(chunk)
-        elif size > _DRAIN_LIMIT:
-            break
-    if size > limit:
-        raise OpenAIError(413, f"the request body is {size} bytes; this server takes at most {limit}", code="too_large")
-    try:
-        body = json.loads(b"".join(chunks))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
-        raise OpenAIError(400, "the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise OpenAIError(400, "the request body must be a JSON object")
-    return body
+def proxy_error(exc: BaseException, scrub: Scrubber, *, max_request_s: float) -> OpenAIError:
+    """The OpenAI-style error for anything a proxy request ends in; nothing unscrubbed reaches a log or a client.
+    A bare TimeoutError is the request's own wall time (`max_request_s`) running out."""
+    if isinstance(exc, OpenAIError):
+        return exc
+    if isinstance(exc, RequestError):
+        return OpenAIError(400, str(exc), param=exc.param, code=exc.code)
+    if isinstance(exc, AggregateGraphError | openai.APIError | TimeoutError):
+        status, kind, code = _status_of_failure(exc)
+        message = str(exc) or f"the request took longer than {max_request_s:g}s"
+        error = OpenAIError(status, scrub(message), kind=kind, code=code)
+        if isinstance(exc, AggregateGraphError) and exc.sample_set is not None:
+            # what was drawn before the failure is the client's: it comes back with the error
+            drawn = scrub.payload({"sample_sets": [exc.sample_set.model_dump(mode="json")]})
+            error.extra = {"sample_set": drawn["sample_sets"][0]}
+        return error
+    logger.error("proxy request failed: %s", scrub(describe(exc)))
+    return OpenAIError(500, scrub(str(exc) or type(exc).__name__), kind="server_error")
 
 
-class _Slots:
+class RequestSlots:
     """Requests in flight, at most `limit`: one more is answered 429 at once (OpenAI clients retry 429 after
     a pause) rather than queued behind work that may take minutes."""
 
@@ -181,6 +187,7 @@ class _Slots:
         self.limit, self.used = limit, 0
 
     def take(self) -> Callable[[], None]:
+        """Takes a slot, or raises the 429; returns the slot's release, which frees it once however often called."""
         if self.used >= self.limit:
             raise OpenAIError(
                 429,
@@ -205,35 +212,113 @@ def _prompt_chars(messages: Any) -> int:
     return len(json.dumps(messages, ensure_ascii=False)) if messages is not None else 0
 
 
-def create_proxy_app(config: ProxyConfig) -> FastAPI:
-    """The proxy as an ASGI app (serve it with uvicorn, or `serve_proxy`)."""
-    scrub = Scrubber(config.upstream_api_key, config.aggregator_api_key)
-    clients: dict[str, Any] = {}
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # The upstream client retries and times out each request itself; the graph adds nothing on top.
-        upstream = openai.AsyncOpenAI(
-            base_url=config.upstream,
-            api_key=config.upstream_api_key.get_secret_value(),
-            max_retries=config.upstream_retries,
-            timeout=config.upstream_timeout_s,
+def check_prompt_size(body: dict[str, Any], max_chars: int) -> None:
+    """Refuses (400, as OpenAI refuses a prompt over the context) messages of more than `max_chars` characters."""
+    if (chars := _prompt_chars(body.get("messages"))) > max_chars:
+        raise OpenAIError(
+            400,
+            f"the messages hold {chars} characters; this server takes at most {max_chars}",
+            param="messages",
+            code="context_length_exceeded",
         )
+
+
+def create_arguments(body: dict[str, Any]) -> dict[str, Any]:
+    """A request body as the keyword arguments of the openai client's `create`: the fields it does not take
+    travel in `extra_body`."""
+    kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
+    if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+async def read_chat_request(request: Request, config: ProxyConfig, deadline: float) -> dict[str, Any]:
+    """The `create` arguments of a chat-completions request, its body read by `deadline` (else 408) within the
+    body and prompt limits of `config`."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            body = await read_json(request, config.max_body_bytes)
+    except TimeoutError:
+        raise OpenAIError(408, "the request body did not arrive in time", code="timeout") from None
+    check_prompt_size(body, config.max_prompt_chars)
+    return create_arguments(body)
+
+
+async def sse_events(
+    stream: Any,
+    *,
+    scrub: Scrubber,
+    to_error: Callable[[BaseException], OpenAIError],
+    release: Callable[[], None],
+    deadline: float,
+) -> AsyncIterator[str]:
+    """The chunks of `stream` as server-sent events, scrubbed, until `deadline`; an error after the 200 is sent
+    in-stream, as OpenAI does. The stream's slot is released, and the stream closed, when it ends."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for chunk in stream:
+                yield sse(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True)))
+    except Exception as exc:
+        yield sse(to_error(exc).body())
+    finally:
+        release()
+        await stream.close()
+    yield SSE_DONE
+
+
+def stream_response(
+    stream: Any,
+    *,
+    scrub: Scrubber,
+    to_error: Callable[[BaseException], OpenAIError],
+    release: Callable[[], None],
+    deadline: float,
+) -> StreamingResponse:
+    """The streamed answer. It keeps its slot until it ends; the background task frees it if it never starts."""
+    events = sse_events(stream, scrub=scrub, to_error=to_error, release=release, deadline=deadline)
+    return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(release))
+
+
+class UpstreamClients:
+    """The proxy's openai clients, open inside `async with`: `wrapped` answers chat completions with
+    aggregations (its upstream client retries and times out each request itself; the graph adds nothing on top),
+    `raw` (no retries) lists the upstream's models. Both are None until opened."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.raw: openai.AsyncOpenAI | None = None
+        self.wrapped: Any = None
+        self._opened: list[openai.AsyncOpenAI] = []
+
+    @property
+    def ready(self) -> bool:
+        return self.wrapped is not None
+
+    @property
+    def graphs_compiled(self) -> int:
+        engine = getattr(self.wrapped.chat.completions, ENGINE_ATTRIBUTE, None) if self.ready else None
+        return engine.graphs_built if engine is not None else 0
+
+    def _open(self, base_url: str, api_key: SecretStr, max_retries: int) -> openai.AsyncOpenAI:
+        client = openai.AsyncOpenAI(
+            base_url=base_url,
+            api_key=api_key.get_secret_value(),
+            max_retries=max_retries,
+            timeout=self.config.upstream_timeout_s,
+        )
+        self._opened.append(client)
+        return client
+
+    async def __aenter__(self) -> Self:
+        config = self.config
+        upstream = self._open(config.upstream, config.upstream_api_key, config.upstream_retries)
         aggregator_client = None
         if config.aggregator_base_url is not None:
-            aggregator_client = openai.AsyncOpenAI(
-                base_url=config.aggregator_base_url,
-                api_key=config.aggregator_api_key.get_secret_value(),
-                max_retries=config.upstream_retries,
-                timeout=config.upstream_timeout_s,
+            aggregator_client = self._open(
+                config.aggregator_base_url, config.aggregator_api_key, config.upstream_retries
             )
-        clients["raw"] = openai.AsyncOpenAI(
-            base_url=config.upstream,
-            api_key=config.upstream_api_key.get_secret_value(),
-            max_retries=0,
-            timeout=config.upstream_timeout_s,
-        )
-        clients["wrapped"] = wrap_openai(
+        self.raw = self._open(config.upstream, config.upstream_api_key, 0)
+        self.wrapped = wrap_openai(
             upstream,
             n=config.n,
             aggregator=config.aggregator,
@@ -243,117 +328,89 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
             min_candidates=config.min_candidates,
             max_n=config.max_n,
         )
-        yield
-        for client in (upstream, aggregator_client, clients["raw"]):
-            if client is not None:
-                await client.close()
+        return self
 
-    app = FastAPI(title="aggregate-graph proxy", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
-    app.add_exception_handler(OpenAIError, openai_error)
-    # The API needs the client key; /health does not (a load balancer's probe), and tells nothing secret.
-    api = APIRouter(dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [])
-    slots = _Slots(config.max_concurrency)
+    async def __aexit__(self, *exc: object) -> None:
+        opened, self._opened = self._opened, []
+        for client in opened:
+            await client.close()
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
+
+class Proxy:
+    """The proxy's endpoints and what they share (its clients, its slots, its scrubber), apart from the app that
+    routes to them: `create_proxy_app` mounts them."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.scrub = Scrubber(config.upstream_api_key, config.aggregator_api_key)
+        self.clients = UpstreamClients(config)
+        self.slots = RequestSlots(config.max_concurrency)
+
+    @asynccontextmanager
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        async with self.clients:
+            yield
+
+    def error(self, exc: BaseException) -> OpenAIError:
+        return proxy_error(exc, self.scrub, max_request_s=self.config.max_request_s)
+
+    async def health(self) -> JSONResponse:
         """200 once the upstream clients are up (503 before): for load balancers and readiness probes."""
-        wrapped = clients.get("wrapped")
-        engine = getattr(wrapped.chat.completions, ENGINE_ATTRIBUTE, None) if wrapped is not None else None
+        ready = self.clients.ready
         body = {
-            "status": "ok" if wrapped is not None else "starting",
-            "aggregator": config.aggregator,
-            "methods": list(config.methods),
-            "n": config.n,
-            "in_flight": slots.used,
-            "max_concurrency": config.max_concurrency,
-            "graphs_compiled": engine.graphs_built if engine is not None else 0,
+            "status": "ok" if ready else "starting",
+            "aggregator": self.config.aggregator,
+            "methods": list(self.config.methods),
+            "n": self.config.n,
+            "in_flight": self.slots.used,
+            "max_concurrency": self.config.max_concurrency,
+            "graphs_compiled": self.clients.graphs_compiled,
         }
-        return JSONResponse(body, 200 if wrapped is not None else 503)
+        return JSONResponse(body, 200 if ready else 503)
 
-    def failure(exc: BaseException) -> OpenAIError:
-        """The OpenAI-style error for anything a request ends in; nothing unscrubbed reaches a log or a client."""
-        if isinstance(exc, OpenAIError):
-            return exc
-        if isinstance(exc, RequestError):
-            return OpenAIError(400, str(exc), param=exc.param, code=exc.code)
-        if isinstance(exc, AggregateGraphError | openai.APIError | TimeoutError):
-            status, kind, code = _status_of_failure(exc)
-            message = str(exc) or f"the request took longer than {config.max_request_s:g}s"
-            error = OpenAIError(status, scrub(message), kind=kind, code=code)
-            if isinstance(exc, AggregateGraphError) and exc.sample_set is not None:
-                # what was drawn before the failure is the client's: it comes back with the error
-                drawn = scrub.payload({"sample_sets": [exc.sample_set.model_dump(mode="json")]})
-                error.extra = {"sample_set": drawn["sample_sets"][0]}
-            return error
-        logger.error("proxy request failed: %s", scrub(describe(exc)))
-        return OpenAIError(500, scrub(str(exc) or type(exc).__name__), kind="server_error")
-
-    @api.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(self) -> dict[str, Any]:
+        """The upstream's models, and each again under every method's prefix (`majority/MODEL`, …)."""
         try:
-            async with asyncio.timeout(config.upstream_timeout_s):
-                upstream_models = [m async for m in clients["raw"].models.list()]
+            async with asyncio.timeout(self.config.upstream_timeout_s):
+                upstream_models = [m async for m in self.clients.raw.models.list()]
         except Exception as exc:
-            raise failure(exc) from None
+            raise self.error(exc) from None
         data = [m.model_dump() for m in upstream_models]
-        data += [{**m, "id": f"{method}/{m['id']}"} for method in config.methods for m in list(data)]
+        data += [{**m, "id": f"{method}/{m['id']}"} for method in self.config.methods for m in list(data)]
         return {"object": "list", "data": data}
 
-    @api.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        deadline = asyncio.get_running_loop().time() + config.max_request_s
-        try:
-            async with asyncio.timeout_at(deadline):
-                body = await _read_body(request, config.max_body_bytes)
-        except TimeoutError:
-            raise OpenAIError(408, "the request body did not arrive in time", code="timeout") from None
-        if (chars := _prompt_chars(body.get("messages"))) > config.max_prompt_chars:
-            raise OpenAIError(
-                400,
-                f"the messages hold {chars} characters; this server takes at most {config.max_prompt_chars}",
-                param="messages",
-                code="context_length_exceeded",
-            )
-        kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
-        if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
-            kwargs["extra_body"] = extra
+    async def chat_completions(self, request: Request) -> Response:
+        deadline = asyncio.get_running_loop().time() + self.config.max_request_s
+        kwargs = await read_chat_request(request, self.config, deadline)
         # The slot is taken once the body is in: a slow upload holds a connection, not a slot for real work.
-        release = slots.take()
+        release = self.slots.take()
         try:
             async with asyncio.timeout_at(deadline):
                 # A stream's create() returns once the answer is under way (enough candidates succeeded), so a
                 # request every candidate fails (an unknown model, a refused key) is answered with its status,
                 # not a 200 stream.
-                result = await clients["wrapped"].chat.completions.create(**kwargs)
+                result = await self.clients.wrapped.chat.completions.create(**kwargs)
         except Exception as exc:
             release()
-            raise failure(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
+            raise self.error(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
         if kwargs.get("stream") is not True:
             release()
-            return JSONResponse(scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
-        # The stream keeps its slot until it ends; the background task frees it if the stream never starts.
-        return StreamingResponse(
-            _events(result, release, deadline), media_type="text/event-stream", background=BackgroundTask(release)
-        )
+            return JSONResponse(self.scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
+        return stream_response(result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline)
 
-    async def _events(stream: Any, release: Callable[[], None], deadline: float) -> AsyncIterator[str]:
-        """The chunks as server-sent events; an error after the 200 is sent in-stream, as OpenAI does."""
 
-        def event(chunk: Any) -> str:
-            payload = scrub.payload(chunk.model_dump(mode="json", exclude_unset=True))
-            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-        try:
-            async with asyncio.timeout_at(deadline):
-                async for chunk in stream:
-                    yield event(chunk)
-        except Exception as exc:
-            yield f"data: {json.dumps(failure(exc).body(), ensure_ascii=False)}\n\n"
-        finally:
-            release()
-            await stream.close()
-        yield "data: [DONE]\n\n"
-
+def create_proxy_app(config: ProxyConfig) -> FastAPI:
+    """The proxy as an ASGI app (serve it with uvicorn, or `serve_proxy`)."""
+    proxy = Proxy(config)
+    app = FastAPI(
+        title="aggregate-graph proxy", lifespan=proxy.lifespan, openapi_url=None, docs_url=None, redoc_url=None
+    )
+    add_error_handlers(app, proxy.error)
+    # The API needs the client key; /health does not (a load balancer's probe), and tells nothing secret.
+    api = APIRouter(dependencies=[Depends(bearer_check(config.api_key.get_secret_value()))] if config.api_key else [])
+    app.add_api_route("/health", proxy.health, methods=["GET"])
+    api.add_api_route("/v1/models", proxy.models, methods=["GET"])
+    api.add_api_route("/v1/chat/completions", proxy.chat_completions, methods=["POST"])
     app.include_router(api)
     return app
 

@@ -17,9 +17,9 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from aggregate_graph.openai_compat.request import Plan
 from aggregate_graph.sample_set import SampleSet, Usage
-from aggregate_graph.sampling import message_text
 
 SAMPLE_SETS_FIELD = "sample_sets"
+STREAM_MODES = ["custom", "messages", "values"]  # what a streamed call reads of the graph: see `ChunkWriter`
 CANDIDATE_FIELD = "candidate"
 
 
@@ -97,6 +97,7 @@ class ChunkWriter:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
+        self.state: dict[str, Any] = {}
         self.head = {
             "id": f"chatcmpl-agg-{uuid.uuid4().hex}",
             "object": "chat.completion.chunk",
@@ -113,24 +114,29 @@ class ChunkWriter:
         return self.chunk({"role": "assistant", "content": ""})
 
     def event(self, mode: str, data: Any) -> ChatCompletionChunk | None:
-        """A chunk for one item of the graph's `stream_mode=["custom", "messages"]` stream, if it shows one.
+        """A chunk for one item of the graph's `stream_mode=STREAM_MODES` stream, if it shows one; the graph's
+        state ("values") is kept for `closing`.
 
         A candidate's progress has an empty delta (so `chunk.choices[0].delta.content` stays safe to read)
         and the event in an extra `candidate` field. The aggregator model's tokens are `reasoning_content`,
         as vLLM streams a reasoning model's thinking: what it writes is deliberation, and the answer it
         settles on (possibly a candidate's solution) is the `content` that follows."""
+        if mode == "values":
+            self.state = data
+            return None
         if mode == "custom":
             return self.chunk({}, **{CANDIDATE_FIELD: data})
         if mode == "messages":
             message, metadata = data
             from_aggregator = isinstance(message, AIMessageChunk) and metadata.get("langgraph_node") == "aggregate"
-            if from_aggregator and (text := message_text(message)):
+            if from_aggregator and (text := str(message.text)):
                 return self.chunk({"reasoning_content": text})
         return None
 
-    def closing(self, sample_set: SampleSet) -> list[ChatCompletionChunk]:
+    def closing(self) -> list[ChatCompletionChunk]:
         """The answer (its text, then its tool calls, whole, in one delta), the finish (with the sample set) and,
         when asked for, the usage chunk."""
+        sample_set: SampleSet = self.state["sample_set"]
         chunks = []
         if (content := _content(sample_set)) is not None:
             chunks.append(self.chunk({"content": content}))

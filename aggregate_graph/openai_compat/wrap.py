@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -24,7 +24,7 @@ from openai.resources.chat.completions import AsyncCompletions
 
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
 from aggregate_graph.errors import QuorumError
-from aggregate_graph.graph import MAX_N, build_aggregate_graph, check_n
+from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.client_model import (
     CALL_CONFIG_KEY,
     CallSettings,
@@ -34,6 +34,7 @@ from aggregate_graph.openai_compat.entry_points import forget_raw_wrappers, patc
 from aggregate_graph.openai_compat.errors import upstream_error
 from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
 from aggregate_graph.openai_compat.responses import (
+    STREAM_MODES,
     AsyncChunkStream,
     ChunkStream,
     ChunkWriter,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 ClientT = TypeVar("ClientT", bound="OpenAI | AsyncOpenAI")
 
 _WRAPPED = "_aggregate_graph_unwrapped_create"
-ENGINE_ATTRIBUTE = "_aggregate_graph_engine"  # the wrapped `chat.completions` keeps its `Aggregating` here
+ENGINE_ATTRIBUTE = "_aggregate_graph_engine"  # the wrapped `chat.completions` keeps its `CompletionsAggregator` here
 _PER_CALL = ("extra_headers", "extra_query", "timeout", "user")
 _RAW_RESPONSE_HEADER = "x-stainless-raw-response"  # what the SDK's with_raw_response sends
 _NO_TIMEOUT_S = 7 * 24 * 3600.0  # a client without a timeout: the graph does not add one
@@ -68,10 +69,19 @@ def _config(calls: dict[str, CallSettings]) -> RunnableConfig:
     return {"configurable": {CALL_CONFIG_KEY: calls}}
 
 
-def _unwrapped_create(client: Any) -> tuple[Callable[..., Any], bool]:
-    """The client's own `create`, and whether it is async (its decorator hides that from `inspect`)."""
+class ClientCreate(NamedTuple):
+    """A client's own `chat.completions.create`, and whether it is async (its decorator hides that from
+    `inspect`, so it is read off the resource's class)."""
+
+    create: Callable[..., Any]
+    is_async: bool
+
+
+def _unwrapped_create(client: Any) -> ClientCreate:
     completions = client.chat.completions
-    return getattr(completions, _WRAPPED, None) or completions.create, isinstance(completions, AsyncCompletions)
+    return ClientCreate(
+        getattr(completions, _WRAPPED, None) or completions.create, isinstance(completions, AsyncCompletions)
+    )
 
 
 def _longest(timeout: Any) -> Any:
@@ -91,7 +101,7 @@ class Prepared(NamedTuple):
     min_candidates: int
 
 
-class Aggregating:
+class CompletionsAggregator:
     """Turns a chat-completions request into the prebuilt graph over the wrapped client, and runs it.
 
     One graph is compiled per shape of call — the model, n, min_candidates, the aggregator, the candidate
@@ -100,11 +110,11 @@ class Aggregating:
 
     def __init__(
         self,
-        create: tuple[Callable[..., Any], bool],
+        create: ClientCreate,
         *,
         n: int,
         aggregator: str | Runnable[SampleSet, Aggregation],
-        aggregator_create: tuple[Callable[..., Any], bool] | None,
+        aggregator_create: ClientCreate | None,
         aggregator_model: str | None,
         policy: CandidatePolicy | None,
         client_timeout: Any,
@@ -262,14 +272,17 @@ class Aggregating:
         """What a call raises for `exc`: total failure as the upstream's openai exception (`errors`)."""
         return upstream_error(exc, self.url) if isinstance(exc, QuorumError) else exc
 
+    def _raise_as_openai(self, exc: BaseException) -> NoReturn:
+        mapped = self.error(exc)
+        if mapped is exc:
+            raise exc
+        raise mapped from exc
+
     def _outcomes(self, results: list[Any]) -> list[SampleSet]:
         """Each choice's sample set (with nothing to vote on, the graph gives the medoid candidate)."""
         for result in results:
             if isinstance(result, BaseException):
-                mapped = self.error(result)
-                if mapped is result:
-                    raise result
-                raise mapped from result
+                self._raise_as_openai(result)
         return [result["sample_set"] for result in results]
 
     def run(self, plan: Plan) -> Any:
@@ -289,38 +302,28 @@ class Aggregating:
         return completion(plan, self._outcomes(results))
 
     def _stream(self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan) -> Iterator[Any]:
-        writer, state = ChunkWriter(plan), {}
+        writer = ChunkWriter(plan)
         yield writer.opening()
         try:
-            events = graph.stream(_graph_input(plan), _config(calls), stream_mode=["custom", "messages", "values"])
-            for mode, data in events:
-                if mode == "values":
-                    state = data
-                elif (chunk := writer.event(mode, data)) is not None:
+            for mode, data in graph.stream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+                if (chunk := writer.event(mode, data)) is not None:
                     yield chunk
         except QuorumError as exc:
-            if (mapped := self.error(exc)) is exc:
-                raise
-            raise mapped from exc
-        yield from writer.closing(state["sample_set"])
+            self._raise_as_openai(exc)
+        yield from writer.closing()
 
     async def _astream(
         self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan
     ) -> AsyncIterator[Any]:
-        writer, state = ChunkWriter(plan), {}
+        writer = ChunkWriter(plan)
         yield writer.opening()
         try:
-            events = graph.astream(_graph_input(plan), _config(calls), stream_mode=["custom", "messages", "values"])
-            async for mode, data in events:
-                if mode == "values":
-                    state = data
-                elif (chunk := writer.event(mode, data)) is not None:
+            async for mode, data in graph.astream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+                if (chunk := writer.event(mode, data)) is not None:
                     yield chunk
         except QuorumError as exc:
-            if (mapped := self.error(exc)) is exc:
-                raise
-            raise mapped from exc
-        for chunk in writer.closing(state["sample_set"]):
+            self._raise_as_openai(exc)
+        for chunk in writer.closing():
             yield chunk
 
 
@@ -334,7 +337,7 @@ def wrap_openai(
     aggregator_weights: str | Path | None = None,
     policy: CandidatePolicy | None = None,
     min_candidates: int = 1,
-    max_n: int = MAX_N,
+    max_n: int = MAX_CANDIDATES,
     max_concurrency: int = 64,
     store: BaseStore | None = None,
 ) -> ClientT:
@@ -382,14 +385,14 @@ def wrap_openai(
     }
     original, is_async = _unwrapped_create(client)
     aggregator_create = _unwrapped_create(aggregator_client) if aggregator_client is not None else None
-    if aggregator_create is not None and aggregator_create[1] != is_async:
+    if aggregator_create is not None and aggregator_create.is_async != is_async:
         kinds = ("OpenAI", "AsyncOpenAI")
         raise ValueError(
             f"aggregator_client must be the same kind of client as the wrapped one ({kinds[is_async]}), "
             f"got {type(aggregator_client).__name__}"
         )
-    engine = Aggregating(
-        (original, is_async),
+    engine = CompletionsAggregator(
+        ClientCreate(original, is_async),
         n=n,
         aggregator=aggregator,
         aggregator_create=aggregator_create,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 DEFAULT_SERVED_NAME = "aggregator"
 SMOLLM2 = "smollm2"
+DEFAULT_MAX_BODY_BYTES = 1_000_000  # request bodies larger than this get 413, in every server here
 """The model folder argument that means the embedded SmolLM2-135M-Instruct."""
 
 
@@ -23,4 +24,4 @@ def resolve_model_dir(model_dir: str | Path) -> Path:
     return Path(model_dir)
 
 
-__all__ = ["DEFAULT_SERVED_NAME", "SMOLLM2", "resolve_model_dir"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "DEFAULT_SERVED_NAME", "SMOLLM2", "resolve_model_dir"]

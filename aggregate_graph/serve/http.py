@@ -1,16 +1,27 @@
-"""What the OpenAI-compatible servers here (the local engine, the proxy) share: OpenAI-shaped errors, the
-bearer-key check, server-sent events, and the rule that only loopback may go without a key."""
+"""The HTTP toolkit every OpenAI-compatible server here (the local engine, the proxy, the test server) is built
+with: OpenAI-shaped errors and the exception handlers that answer with them, the bearer-key check, the request
+body read under a size limit, server-sent events, and the rule that only loopback may go without a key."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
 import json
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
+from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
+
+"""The request body a server takes by default (a chat request is a few kB; a long prompt, a few hundred)."""
+DRAIN_LIMIT = 256 * 1024 * 1024
+"""An oversized body is read (and dropped) up to this, then the connection closes."""
+SSE_DONE = "data: [DONE]\n\n"
+"""The event that ends an OpenAI stream."""
 
 
 class OpenAIError(Exception):
@@ -33,6 +44,9 @@ class OpenAIError(Exception):
         error = {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
         return {"error": {**error, **self.extra}}
 
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), self.status)
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -44,12 +58,36 @@ def is_loopback(host: str) -> bool:
 
 
 def sse(payload: dict[str, Any]) -> str:
+    """One server-sent event carrying `payload` as JSON; a stream ends with `SSE_DONE`."""
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-async def read_json(request: Request) -> dict[str, Any]:
+def completion_envelope(model: str) -> dict[str, Any]:
+    """The fields a chat completion and every chunk of its stream share: a fresh id, the time, the model."""
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
+
+
+async def read_json(request: Request, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
+    """The JSON object in the body, refused (413) past `max_bytes`, whether declared or chunked. An oversized
+    body is read on (and dropped) up to `DRAIN_LIMIT`, so a client — which sends its whole body before reading —
+    gets the 413 rather than a reset connection; past that, or when the declared length is, the connection is
+    dropped."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > DRAIN_LIMIT:
+        raise OpenAIError(413, f"the request body is {declared} bytes; this server takes at most {max_bytes}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size <= max_bytes:
+            chunks.append(chunk)
+        elif size > DRAIN_LIMIT:
+            break
+    if size > max_bytes:
+        raise OpenAIError(
+            413, f"the request body is {size} bytes; this server takes at most {max_bytes}", code="too_large"
+        )
     try:
-        body = await request.json()
+        body = json.loads(b"".join(chunks))
     except ValueError:  # json.JSONDecodeError and UnicodeDecodeError alike
         raise OpenAIError(400, "the request body is not valid JSON") from None
     if not isinstance(body, dict):
@@ -58,6 +96,7 @@ async def read_json(request: Request) -> dict[str, Any]:
 
 
 def bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
+    """A FastAPI dependency that refuses (401) a request without `Authorization: Bearer api_key`."""
     expected = f"Bearer {api_key}".encode()
 
     async def check(request: Request) -> None:
@@ -71,17 +110,22 @@ def bearer_check(api_key: str) -> Callable[[Request], Awaitable[None]]:
     return check
 
 
-async def openai_error(_: Request, error: Exception) -> Response:
-    assert isinstance(error, OpenAIError)  # registered for OpenAIError only
-    return JSONResponse(error.body(), error.status)
+def server_error(error: Exception) -> OpenAIError:
+    """The 500 an unexpected exception is answered with: its message, in OpenAI's shape."""
+    return OpenAIError(500, str(error) or type(error).__name__, kind="server_error")
 
 
-async def server_error(_: Request, error: Exception) -> Response:
-    # Starlette still logs the traceback; the client gets the error in OpenAI's shape.
-    return JSONResponse(OpenAIError(500, str(error) or type(error).__name__, kind="server_error").body(), 500)
+def add_error_handlers(app: FastAPI, unexpected: Callable[[Exception], OpenAIError] = server_error) -> None:
+    """OpenAIError answers in OpenAI's shape; any other exception is `unexpected(exc)` (a 500 by default, in
+    the same shape; a server that must scrub or log what it answers passes its own). Starlette still logs the
+    traceback of an unexpected exception."""
 
+    async def openai_error(_: Request, error: Exception) -> Response:
+        assert isinstance(error, OpenAIError)  # registered for OpenAIError only
+        return error.response()
 
-def add_error_handlers(app: Any) -> None:
-    """OpenAIError answers in OpenAI's shape; anything else is a 500 in the same shape."""
+    async def other_error(_: Request, error: Exception) -> Response:
+        return unexpected(error).response()
+
     app.add_exception_handler(OpenAIError, openai_error)
-    app.add_exception_handler(Exception, server_error)
+    app.add_exception_handler(Exception, other_error)

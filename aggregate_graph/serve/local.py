@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from pathlib import Path
@@ -27,12 +26,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aggregate_graph.local import LocalChatModel
 from aggregate_graph.serve import DEFAULT_SERVED_NAME, resolve_model_dir
-from aggregate_graph.serve.http import OpenAIError, add_error_handlers, bearer_check, is_loopback, read_json, sse
+from aggregate_graph.serve.http import (
+    DEFAULT_MAX_BODY_BYTES,
+    SSE_DONE,
+    OpenAIError,
+    add_error_handlers,
+    bearer_check,
+    completion_envelope,
+    is_loopback,
+    read_json,
+    server_error,
+    sse,
+)
 
 logger = logging.getLogger(__name__)
 
-MAX_N = 128
-"""Largest `n` one request may ask for: all n sequences decode together in CPU memory."""
+MAX_CHOICES_PER_REQUEST = 128
+"""Largest `n` (choices) one request may ask the local engine for: all n sequences decode together in CPU memory."""
 
 # Request options that change what a client gets back and that this server cannot honour: refusing
 # them is better than an answer that silently ignores them (e.g. a tool call that never comes).
@@ -72,7 +82,7 @@ class ChatRequest(BaseModel):
 
     model: str
     messages: list[_Message] = Field(min_length=1)
-    n: Annotated[int, Field(ge=1, le=MAX_N)] | None = None
+    n: Annotated[int, Field(ge=1, le=MAX_CHOICES_PER_REQUEST)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     max_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -99,79 +109,72 @@ class ChatRequest(BaseModel):
         return [self.stop] if isinstance(self.stop, str) else self.stop
 
 
-def create_app(
-    model_dir: str | Path,
-    *,
-    adapter: str | Path | None = None,
-    served_model_name: str = DEFAULT_SERVED_NAME,
-    api_key: str | None = None,
-) -> FastAPI:
-    """The server for the transformers model in `model_dir` (or the word `smollm2`) plus an optional PEFT
-    `adapter`, named `served_model_name`. With `api_key`, every request must carry `Authorization: Bearer …`.
+def parse_chat_request(body: dict[str, Any], served_model_name: str) -> ChatRequest:
+    """The request in `body`, or the OpenAI-style error (400, or 404 for another model) that refuses it."""
+    for key in _UNSUPPORTED:
+        if body.get(key) not in (None, False, [], {"type": "text"}):
+            raise OpenAIError(400, f"{key!r} is not supported by this server", param=key)
+    try:
+        chat = ChatRequest.model_validate(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        param = ".".join(str(part) for part in first["loc"]) or None
+        raise OpenAIError(400, f"{param or 'body'}: {first['msg']}", param=param) from None
+    if chat.model != served_model_name:
+        raise OpenAIError(
+            404,
+            f"The model {chat.model!r} does not exist; this server serves {served_model_name!r}",
+            param="model",
+            code="model_not_found",
+        )
+    if chat.stream and (chat.n or 1) > 1:
+        raise OpenAIError(400, "streaming returns one choice here; use n=1 or stream=false", param="n")
+    return chat
+
+
+class LocalEngine:
+    """One model and its endpoints, apart from the app that routes to them (`create_app` mounts them).
+
+    Generations run one at a time, queued on the event loop (`gate`): waiting on the model's own thread lock
+    instead would park requests in the worker-thread pool, and a stream needs a pool thread for every next token.
     """
-    model = LocalChatModel(
-        model_path=str(resolve_model_dir(model_dir)), adapter_path=None if adapter is None else str(adapter)
-    )
-    created = int(time.time())
+
+    def __init__(self, model: LocalChatModel, served_model_name: str, max_body_bytes: int) -> None:
+        self.model, self.served_model_name, self.max_body_bytes = model, served_model_name, max_body_bytes
+        self.created = int(time.time())
+        self.gate = asyncio.Lock()
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         # Load before the server accepts connections: a bad model or adapter fails at startup, and the
         # first request does not pay the load.
-        await anyio.to_thread.run_sync(model.load)
+        await anyio.to_thread.run_sync(self.model.load)
         yield
 
-    app = FastAPI(
-        title="aggregate-graph local aggregator",
-        lifespan=lifespan,
-        # No schema or docs pages: they would be served without the API key, and no client needs them.
-        openapi_url=None,
-        docs_url=None,
-        redoc_url=None,
-        dependencies=[Depends(bearer_check(api_key))] if api_key is not None else [],
-    )
-    add_error_handlers(app)
-
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": served_model_name, "object": "model", "created": created, "owned_by": "aggregate-graph"}],
+    async def models(self) -> dict[str, Any]:
+        model = {
+            "id": self.served_model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "aggregate-graph",
         }
+        return {"object": "list", "data": [model]}
 
-    # One generation at a time, queued on the event loop: waiting on the model's own thread lock instead would
-    # park requests in the worker-thread pool, and a stream needs a pool thread for every next token.
-    gate = asyncio.Lock()
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        body = await read_json(request)
-        for key in _UNSUPPORTED:
-            if body.get(key) not in (None, False, [], {"type": "text"}):
-                raise OpenAIError(400, f"{key!r} is not supported by this server", param=key)
-        try:
-            chat = ChatRequest.model_validate(body)
-        except ValidationError as error:
-            first = error.errors()[0]
-            param = ".".join(str(part) for part in first["loc"]) or None
-            raise OpenAIError(400, f"{param or 'body'}: {first['msg']}", param=param) from None
-        if chat.model != served_model_name:
-            raise OpenAIError(
-                404,
-                f"The model {chat.model!r} does not exist; this server serves {served_model_name!r}",
-                param="model",
-                code="model_not_found",
-            )
+    async def chat_completions(self, request: Request) -> Response:
+        chat = parse_chat_request(await read_json(request, self.max_body_bytes), self.served_model_name)
         messages = [m.to_langchain() for m in chat.messages]
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": served_model_name}
+        envelope = completion_envelope(self.served_model_name)
         if chat.stream:
-            if (chat.n or 1) > 1:
-                raise OpenAIError(400, "streaming returns one choice here; use n=1 or stream=false", param="n")
-            include_usage = chat.stream_options is not None and chat.stream_options.include_usage
-            events = _stream_events(model, gate, messages, chat, head, include_usage=include_usage)
+            events = _stream_events(self.model, self.gate, messages, chat, envelope)
             return StreamingResponse(events, media_type="text/event-stream")
-        async with gate:
-            result = await model.agenerate([messages], stop=chat.stops(), **chat.options())
+        return JSONResponse(await self.complete(messages, chat, envelope))
+
+    async def complete(
+        self, messages: list[BaseMessage], chat: ChatRequest, envelope: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The whole chat completion, as OpenAI's JSON, once the model has generated every choice."""
+        async with self.gate:
+            result = await self.model.agenerate([messages], stop=chat.stops(), **chat.options())
         choices = [
             {
                 "index": i,
@@ -182,8 +185,37 @@ def create_app(
             for i, g in enumerate(result.generations[0])
         ]
         usage = (result.llm_output or {})["token_usage"]
-        return JSONResponse({**head, "object": "chat.completion", "choices": choices, "usage": usage})
+        return {**envelope, "object": "chat.completion", "choices": choices, "usage": usage}
 
+
+def create_app(
+    model_dir: str | Path,
+    *,
+    adapter: str | Path | None = None,
+    served_model_name: str = DEFAULT_SERVED_NAME,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """The server for the transformers model in `model_dir` (or the word `smollm2`) plus an optional PEFT
+    `adapter`, named `served_model_name`. With `api_key`, every request must carry `Authorization: Bearer …`.
+    A request body over `max_body_bytes` is refused (413).
+    """
+    model = LocalChatModel(
+        model_path=str(resolve_model_dir(model_dir)), adapter_path=None if adapter is None else str(adapter)
+    )
+    engine = LocalEngine(model, served_model_name, max_body_bytes)
+    app = FastAPI(
+        title="aggregate-graph local aggregator",
+        lifespan=engine.lifespan,
+        # No schema or docs pages: they would be served without the API key, and no client needs them.
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(bearer_check(api_key))] if api_key is not None else [],
+    )
+    add_error_handlers(app)
+    app.add_api_route("/v1/models", engine.models, methods=["GET"])
+    app.add_api_route("/v1/chat/completions", engine.chat_completions, methods=["POST"])
     return app
 
 
@@ -195,12 +227,15 @@ def serve_local(
     port: int = 8000,
     served_model_name: str = DEFAULT_SERVED_NAME,
     api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> None:
     """Serve `model_dir` until interrupted. A host other than loopback needs an `api_key`: the server
     would otherwise hand CPU time and the model to anyone on the network."""
     if api_key is None and not is_loopback(host):
         raise ValueError(f"refusing to serve on {host!r} without an API key: pass --api-key, or bind 127.0.0.1")
-    app = create_app(model_dir, adapter=adapter, served_model_name=served_model_name, api_key=api_key)
+    app = create_app(
+        model_dir, adapter=adapter, served_model_name=served_model_name, api_key=api_key, max_body_bytes=max_body_bytes
+    )
     uvicorn.run(app, host=host, port=port)
 
 
@@ -209,17 +244,16 @@ async def _stream_events(
     gate: asyncio.Lock,
     messages: list[BaseMessage],
     chat: ChatRequest,
-    head: dict[str, Any],
-    *,
-    include_usage: bool,
+    envelope: dict[str, Any],
 ) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's chunk format, one per piece of text as the model decodes it."""
+    include_usage = chat.stream_options is not None and chat.stream_options.include_usage
     # With include_usage, OpenAI gives every chunk a null `usage` and adds one last chunk that has it.
     extra: dict[str, Any] = {"usage": None} if include_usage else {}
 
     def chunk(delta: dict[str, str], finish_reason: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        return sse({**head, "object": "chat.completion.chunk", "choices": [choice], **extra})
+        return sse({**envelope, "object": "chat.completion.chunk", "choices": [choice], **extra})
 
     yield chunk({"role": "assistant", "content": ""})
     finish_reason, usage = "stop", None
@@ -235,12 +269,12 @@ async def _stream_events(
                 usage = piece.usage_metadata or usage
     except Exception as error:  # the 200 status is already sent: report it in-stream, as OpenAI does
         logger.exception("streamed generation failed")
-        yield sse(OpenAIError(500, str(error), kind="server_error").body())
-        yield "data: [DONE]\n\n"
+        yield sse(server_error(error).body())
+        yield SSE_DONE
         return
     yield chunk({}, finish_reason)
     if include_usage:
         prompt, completion = (usage or {}).get("input_tokens", 0), (usage or {}).get("output_tokens", 0)
         totals = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-        yield sse({**head, "object": "chat.completion.chunk", "choices": [], "usage": totals})
-    yield "data: [DONE]\n\n"
+        yield sse({**envelope, "object": "chat.completion.chunk", "choices": [], "usage": totals})
+    yield SSE_DONE

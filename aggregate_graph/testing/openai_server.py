@@ -12,7 +12,6 @@ import json
 import random
 import re
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal
@@ -20,6 +19,7 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from aggregate_graph.serve.http import SSE_DONE, OpenAIError, add_error_handlers, completion_envelope, sse
 from aggregate_graph.testing.threaded import ThreadedServer
 
 Reply = str | bytes | dict[str, Any]
@@ -142,6 +142,7 @@ class OpenAITestServer:
 
     def _build_app(self) -> FastAPI:
         app = FastAPI()
+        add_error_handlers(app)
 
         @app.get("/v1/models")
         async def models() -> dict[str, Any]:
@@ -202,12 +203,11 @@ class OpenAITestServer:
     async def _stream(self, model: str, reply: Reply, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
         """The reply as server-sent events, a word per chunk, `token_latency_s` apart."""
         text, calls = _text(reply), _tool_calls(reply)
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time())}
-        head["model"] = model
+        envelope = {**completion_envelope(model), "object": "chat.completion.chunk"}
 
         def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-            return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n"
+            return sse({**envelope, "choices": [choice]})
 
         yield chunk({"role": "assistant", "content": ""})
         for i, word in enumerate(re.findall(r"\s*\S+", text)):
@@ -221,8 +221,8 @@ class OpenAITestServer:
             completion_tokens = _completion_tokens(reply)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
             usage["total_tokens"] = prompt_tokens + completion_tokens
-            yield f"data: {json.dumps({**head, 'choices': [], 'usage': usage})}\n\n"
-        yield "data: [DONE]\n\n"
+            yield sse({**envelope, "choices": [], "usage": usage})
+        yield SSE_DONE
 
     def stats(self) -> dict[str, int]:
         """Counters, also served at GET /test/stats for a server in another process."""
@@ -254,7 +254,7 @@ class OpenAITestServer:
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+    return OpenAIError(status, message, kind=kind, param=param).response()
 
 
 def _completion(
@@ -273,10 +273,8 @@ def _completion(
         finish = "tool_calls" if "tool_calls" in message else finish_reason
         choices.append({"index": i, "message": message, "finish_reason": finish})
     payload = {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        **completion_envelope(model),
         "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
         "choices": choices,
         "usage": {
             "prompt_tokens": prompt_tokens,
