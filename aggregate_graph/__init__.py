@@ -1,4 +1,21 @@
-"""aggregate-graph: sample several candidates in parallel with LangGraph and aggregate them."""
+"""aggregate-graph: sample several candidates in parallel with LangGraph and aggregate them.
+
+Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
+
+    models.py, sampling.py      the chat model(s) a question goes to, and how candidates are drawn (n requests,
+    n_support.py                retries, deadlines, what each endpoint does with `n`)
+    answers.py                  a candidate's final answer: extraction, abstentions, math equivalence
+    sample_set.py               the one data type: question, candidates, aggregation
+    aggregators/                SampleSet → Aggregation: votes (majority, weighted, tool calls, structured,
+                                medoid) and model-backed ones (SSA, GSR, USC, recursive)
+    graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py its exceptions
+    node.py, chat_model.py      the graph as a node for your graph, and as a chat model for your agent
+
+Around it, the integrations: openai_compat/ (`wrap_openai` and the proxy), serve/ (serving an aggregator
+model: vLLM, or the local CPU engine), local/ (the embedded SmolLM2), registry.py and trained/ (named and
+trained aggregators), pools.py (the real sample pools), log.py (the sample-set log), cli.py and demo.py (the
+`aggregate-graph` command and the offline demo), testing/ (a scripted OpenAI-compatible server).
+"""
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 

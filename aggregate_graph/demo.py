@@ -15,13 +15,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Mapping, Sequence
-from importlib.resources import files
+from importlib.resources import as_file, files
 from typing import TextIO
 
 from langchain_core.runnables import Runnable
 
 from aggregate_graph.aggregators import AggregationError, LLMAggregator, MajorityVote, source_of
 from aggregate_graph.answers import equivalent
+from aggregate_graph.log import read_sample_sets
 from aggregate_graph.registry import SHIPPED_SSA, WEIGHTS_FILE, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 
@@ -33,8 +34,8 @@ QUESTION_CHARS, LINE_WIDTH = 180, 100
 
 def load_demo_sets() -> list[SampleSet]:
     """The six bundled sample sets (package data, so this works from an installed wheel too)."""
-    text = (files("aggregate_graph") / "data" / DEMO_DATA).read_text(encoding="utf-8")
-    return [SampleSet.model_validate_json(line) for line in text.splitlines() if line.strip()]
+    with as_file(files("aggregate_graph") / "data" / DEMO_DATA) as path:
+        return list(read_sample_sets(path))
 
 
 def _shorten(question: str, limit: int = QUESTION_CHARS) -> str:
