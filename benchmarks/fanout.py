@@ -77,13 +77,17 @@ async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]])
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-async def fanout_rows(base_url: str) -> list[tuple[str, str, str]]:
+async def fanout_rows(
+    base_url: str, policy: CandidatePolicy | None, situation: str, targets: dict[int, str]
+) -> list[tuple[str, str, str]]:
+    """Graph ÷ gather of the same ChatOpenAI calls, and ÷ gather of bare openai calls, for N = 8 and 64. The
+    warm-up run of each side is its first call (a server's handling of `n` is learned there)."""
     rows = []
     client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
     model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
     prompt = [HumanMessage(QUESTION)]
-    for n, target in ((8, 1.05), (64, 1.10)):
-        graph = build_aggregate_graph(model, n=n, policy=CandidatePolicy(use_n=False))
+    for n, target in targets.items():
+        graph = build_aggregate_graph(model, n=n, policy=policy)
         t = await _interleaved_medians(
             {
                 "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
@@ -91,56 +95,10 @@ async def fanout_rows(base_url: str) -> list[tuple[str, str, str]]:
                 "openai": lambda n=n: _raw(client, n),
             }
         )
-        label = f"N={n}, {LATENCY_S * 1000:.0f} ms latency"
-        rows.append(
-            (
-                f"graph ÷ gather of the same ChatOpenAI calls, {label}",
-                f"{t['graph'] * 1000:.0f} ms ÷ {t['model'] * 1000:.0f} ms = {t['graph'] / t['model']:.3f}",
-                f"≤ {target}",
-            )
-        )
-        rows.append(
-            (
-                f"graph ÷ gather of bare openai-client calls, {label}",
-                f"{t['graph'] * 1000:.0f} ms ÷ {t['openai'] * 1000:.0f} ms = {t['graph'] / t['openai']:.3f}",
-                "(ChatOpenAI's own cost included)",
-            )
-        )
-    return rows
-
-
-async def refusing_n_rows(base_url: str) -> list[tuple[str, str, str]]:
-    """The default policy (ask with `n`) against a server that answers 400 to it: after the first call has
-    learned that, the graph sends single requests straight away, so it costs what a gather of them costs."""
-    rows = []
-    client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
-    model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
-    prompt = [HumanMessage(QUESTION)]
-    for n in (8, 64):
-        graph = build_aggregate_graph(model, n=n)
-        # the warm-up run of each is the first call: the probe happens there, outside the timings
-        t = await _interleaved_medians(
-            {
-                "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
-                "model": lambda n=n: asyncio.gather(*(model.agenerate([prompt]) for _ in range(n))),
-                "openai": lambda n=n: _raw(client, n),
-            }
-        )
-        label = f"server refusing n, N={n}, after the first call"
-        rows.append(
-            (
-                f"graph ÷ gather of the same ChatOpenAI calls, {label}",
-                f"{t['graph'] * 1000:.0f} ms ÷ {t['model'] * 1000:.0f} ms = {t['graph'] / t['model']:.3f}",
-                "≤ 1.10",
-            )
-        )
-        rows.append(
-            (
-                f"graph ÷ gather of bare openai calls, {label}",
-                f"{t['graph'] * 1000:.0f} ms ÷ {t['openai'] * 1000:.0f} ms = {t['graph'] / t['openai']:.3f}",
-                "≤ 1.10 (ChatOpenAI's own cost included)",
-            )
-        )
+        label = f"N={n}, {situation}"
+        for side, what, aim in (("model", "the same ChatOpenAI calls", target), ("openai", "bare openai calls", "")):
+            ratio = f"{t['graph'] * 1000:.0f} ms ÷ {t[side] * 1000:.0f} ms = {t['graph'] / t[side]:.3f}"
+            rows.append((f"graph ÷ gather of {what}, {label}", ratio, aim or "(ChatOpenAI's own cost included)"))
     return rows
 
 
@@ -241,9 +199,13 @@ def vote_rows() -> list[tuple[str, str, str]]:
 
 def main() -> int:
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
-        rows = asyncio.run(fanout_rows(base_url))
+        single = CandidatePolicy(use_n=False)
+        rows = asyncio.run(
+            fanout_rows(base_url, single, f"{LATENCY_S * 1000:.0f} ms latency", {8: "≤ 1.05", 64: "≤ 1.10"})
+        )
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "reject") as base_url:
-        rows += asyncio.run(refusing_n_rows(base_url))
+        refusing = "server refusing n, default policy, after the first call"
+        rows += asyncio.run(fanout_rows(base_url, None, refusing, {8: "≤ 1.10", 64: "≤ 1.10"}))
         n_requests = stats(base_url)["n_requests"]
     rows.append(("requests with n > 1 sent to that server (probes)", str(n_requests), "1: one per endpoint"))
     rows += billing_rows() + vote_rows()
