@@ -11,6 +11,7 @@ from openai import OpenAI
 
 from aggregate_graph.testing import tool_calls_reply
 from tests.conftest import chat
+from tests.test_openai_tools import streamed_answer
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]
 MULTIPLY = tool_calls_reply(("multiply", {"a": 6, "b": 7}))
@@ -86,18 +87,11 @@ def test_streaming_assembles_the_content_and_tool_call(serve) -> None:
     stream = client(server).chat.completions.create(
         model="test-model", messages=QUESTION, stream=True, stream_options={"include_usage": True}
     )
-    content, calls, finish, usage = "", {}, None, None
-    for chunk in stream:
-        usage = chunk.usage or usage
-        for choice in chunk.choices:
-            content += choice.delta.content or ""
-            finish = choice.finish_reason or finish
-            for delta in choice.delta.tool_calls or []:
-                call = calls.setdefault(delta.index, {"id": delta.id, "name": "", "arguments": ""})
-                call["name"] += delta.function.name or ""
-                call["arguments"] += delta.function.arguments or ""
+    chunks = list(stream)
+    usage = next(chunk.usage for chunk in reversed(chunks) if chunk.usage)
+    content, calls, finish = streamed_answer(chunks)
     assert content == "Let me multiply." and finish == "tool_calls"
-    assert [(c["name"], json.loads(c["arguments"])) for c in calls.values()] == [("multiply", {"a": 6, "b": 7})]
+    assert [(c["name"], c["arguments"]) for c in calls] == [("multiply", {"a": 6, "b": 7})]
     assert calls[0]["id"].startswith("call_")
     assert usage.completion_tokens == 3 + 4  # three words of content, four of '{"a": 6, "b": 7}'
 
