@@ -28,7 +28,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, model_validator
 
-from aggregate_graph.aggregators import Medoid
+from aggregate_graph.aggregators import MajorityVote, Medoid
 from aggregate_graph.graph import MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.sample_set import Aggregation, SampleSet
@@ -85,7 +85,7 @@ class AggregatingChatModel(BaseChatModel):
     @property
     def _aggregator_name(self) -> str:
         if self.aggregator is None:
-            return "majority_vote"
+            return MajorityVote.name
         return getattr(self.aggregator, "name", None) or type(self.aggregator).__name__
 
     def bind_tools(

@@ -103,7 +103,7 @@ def test_tool_plans_agree_as_sets_and_answering_now_is_one_choice(serve):
     # the plan in two orders is one choice with 2 votes; answering now has 3
     assert message.tool_calls == [] and message.content == "I can do this in my head. The answer is 26."
     aggregation = SampleSet.model_validate(message.response_metadata["sample_set"]).aggregation
-    assert aggregation.method == "majority_vote" and aggregation.answer == "26"
+    assert aggregation.method == "majority" and aggregation.answer == "26"
     assert sorted(aggregation.details["choices"].values()) == [2.0, 3.0]
     server.replies = lambda body, no: replies(body, no) if no % 5 != 4 else replies(body, 0)
     message = model.invoke("What is 2*3 + 4*5?")

@@ -66,7 +66,7 @@ def test_ssa_unparsable_output_falls_back_to_majority_and_says_so(serve):
     ssa = serve(["I cannot decide."])
     agg = SSAAggregator(chat(ssa)).invoke(sample_set("#### 42", "#### 42", "#### 41"))
     assert agg.answer == "42" and agg.details["parse_status"] == "no_answer_tag"
-    assert agg.details["fallback"] == "majority_vote" and agg.votes == {"42": 2.0, "41": 1.0}
+    assert agg.details["fallback"] == "majority" and agg.votes == {"42": 2.0, "41": 1.0}
 
 
 def test_candidates_cannot_hijack_the_aggregator_markup(serve):

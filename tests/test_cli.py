@@ -16,7 +16,7 @@ def test_ask_shows_candidates_votes_and_final_answer(serve):
     done = run("ask", "What is 6 times 7?", "--n", "3", "--model", "test-model", "--base-url", server.base_url)
     assert done.returncode == 0, done.stderr
     assert "[3/3] candidate" in done.stderr  # progress while candidates arrive
-    assert "Votes (majority_vote): 42: 2, 41: 1" in done.stdout
+    assert "Votes (majority): 42: 2, 41: 1" in done.stdout
     assert done.stdout.rstrip().endswith("Final answer: 42")
 
 

@@ -32,7 +32,7 @@ def test_graph_with_ssa_on_the_local_engine(serve, smollm2_dir):
     if agg.details["parse_status"] == "parsed":
         assert agg.answer is not None and "fallback" not in agg.details
     else:  # flagged, never silent: the majority's answer, and the record says why
-        assert agg.details["fallback"] == "majority_vote" and agg.answer == "42" and agg.votes == {"42": 2.0, "13": 1.0}
+        assert agg.details["fallback"] == "majority" and agg.answer == "42" and agg.votes == {"42": 2.0, "13": 1.0}
     assert (
         out["messages"][-1].response_metadata["sample_set"]["aggregation"]["details"]["parse_status"]
         == (agg.details["parse_status"])

@@ -62,7 +62,7 @@ def test_tutor_greets_answers_with_confidence_hints_checks_and_chats(serve):
     assert greeting.content == math_tutor.GREETING and server.calls == 0  # a greeting costs no model call
 
     answer, note = ada.say("What is 15% of 80?")
-    assert aggregation(answer).method == "majority_vote" and aggregation(answer).answer == "12"
+    assert aggregation(answer).method == "majority" and aggregation(answer).answer == "12"
     assert note.content == "I'm fairly sure: 2 of 3 attempts agree on 12 (67%). Other answers: 11 (1)."
     assert ada.state["confidence"] == 2 / 3 and ada.state["problem"] == "What is 15% of 80?"
     assert server.requests[-1]["messages"][0]["content"] == math_tutor.SOLVE_PROMPT
@@ -88,7 +88,7 @@ def test_tutor_greets_answers_with_confidence_hints_checks_and_chats(serve):
     assert ada.state["problem"] == "What is 15% of 80?"  # small talk records no problem
 
     answer, note = ada.say("What is 7 times 6?")
-    assert aggregation(answer).method == "majority_vote" and aggregation(answer).answer == "42"
+    assert aggregation(answer).method == "majority" and aggregation(answer).answer == "42"
     assert note.content == "I'm very sure: 3 of 3 attempts agree on 42 (100%)."
     # the thread is remembered: the candidates saw the whole conversation, and the checkpointer kept the state
     seen = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "user"]

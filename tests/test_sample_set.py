@@ -22,7 +22,7 @@ def test_json_round_trip_keeps_everything():
             ),
             Candidate(index=0, error="RateLimitError: slow down", model="m"),
         ],
-        aggregation=Aggregation(method="majority_vote", answer="4", text="#### 4", votes={"4": 1.0}, support=[1]),
+        aggregation=Aggregation(method="majority", answer="4", text="#### 4", votes={"4": 1.0}, support=[1]),
         metadata={"waves": 1},
     )
     again = SampleSet.model_validate_json(s.model_dump_json())

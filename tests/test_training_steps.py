@@ -106,7 +106,7 @@ def test_collect_samples_with_the_graph_resumes_and_imports(tmp_path: Path, serv
     assert collect(config) == 2
     sets = list(read_sample_sets(out))
     assert [s.id for s in sets] == ["questions-0", "questions-1"] and [s.gold for s in sets] == ["40", "41"]
-    assert all(len(s.candidates) == 3 and s.aggregation.method == "majority_vote" for s in sets)
+    assert all(len(s.candidates) == 3 and s.aggregation.method == "majority" for s in sets)
     assert {c.answer for s in sets for c in s.candidates} == {"42", "41"}
     calls = server.calls
     assert collect(config) == 0 and server.calls == calls  # finished questions are skipped

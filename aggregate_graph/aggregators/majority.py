@@ -36,7 +36,7 @@ class MajorityVote(Aggregator):
     string, as in JSON) to its reason.
     """
 
-    name = "majority_vote"
+    name = "majority"  # the name every selector uses (load_aggregator, wrap_openai, the CLI)
 
     def __init__(self, weights: Weights | None = None) -> None:
         self.weights = weights
