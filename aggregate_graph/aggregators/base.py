@@ -3,16 +3,18 @@ prompted or trained models) drops into the graph, or is called on a logged sampl
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.sample_set import Aggregation, SampleSet
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
-__all__ = ["AggregationError", "Aggregator"]
+__all__ = ["AggregationError", "Aggregator", "plurality"]
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):
@@ -53,3 +55,15 @@ def _as_sample_set(value: Any) -> SampleSet:
     if isinstance(value, dict):
         return SampleSet.model_validate(value)
     raise TypeError(f"aggregators take a SampleSet (or its dict form), got {type(value).__name__}")
+
+
+def plurality(
+    choices: Mapping[str, Sequence[Candidate]], weight: Callable[[Candidate], float] = lambda _: 1.0
+) -> tuple[dict[str, float], list[str]]:
+    """The votes of each choice (its candidates' summed weights) and the choices tied for first, the winner
+    first: a tie goes to the choice whose first candidate has the lowest index (the order of the request, so
+    reruns agree). Every vote in this package — answers, tool plans, JSON objects — is decided here."""
+    votes = {key: float(sum(weight(c) for c in members)) for key, members in choices.items()}
+    best = max(votes.values())
+    tied = sorted((key for key, v in votes.items() if math.isclose(v, best)), key=lambda key: choices[key][0].index)
+    return votes, tied

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.base import AggregationError, Aggregator, plurality
 from aggregate_graph.answers import group_equivalent, normalize_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
@@ -63,17 +62,17 @@ class MajorityVote(Aggregator):
                 sample_set,
             )
         classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
-        scored = [(sum(self._weight(c) for c in cls), cls) for cls in classes]
-        best = max(score for score, _ in scored)
-        tied = sorted((cls for score, cls in scored if math.isclose(score, best)), key=lambda cls: cls[0].index)
-        winner = tied[0][0]
+        # equivalent answers share a class, and equal normal forms are equivalent: the keys are distinct
+        choices = {normalize_answer(cls[0].answer) or "": cls for cls in classes}
+        votes, tied = plurality(choices, self._weight)
+        winner = choices[tied[0]][0]
         return Aggregation(
             method=self.name,
             answer=normalize_answer(winner.answer),
             text=winner.text,
-            votes={normalize_answer(cls[0].answer) or "": score for score, cls in scored},
-            support=[c.index for c in tied[0]],
-            tie=[normalize_answer(cls[0].answer) or "" for cls in tied] if len(tied) > 1 else None,
+            votes=votes,
+            support=[c.index for c in choices[tied[0]]],
+            tie=tied if len(tied) > 1 else None,
             latency_s=time.perf_counter() - started,
             details={
                 "voters": len(voters),

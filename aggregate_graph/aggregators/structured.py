@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.base import AggregationError, Aggregator, plurality
 from aggregate_graph.aggregators.tool_calls import canonical_json
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
@@ -52,9 +52,7 @@ class StructuredVote(Aggregator):
                 f"{len(sample_set.failed)} failed); nothing to vote on",
                 sample_set,
             )
-        votes = {key: float(len(members)) for key, members in choices.items()}
-        best = max(votes.values())
-        tied = sorted((key for key, v in votes.items() if v == best), key=lambda key: choices[key][0].index)
+        votes, tied = plurality(choices)
         winners = choices[tied[0]]
         voters = sum(len(members) for members in choices.values())
         return Aggregation(

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from aggregate_graph.aggregators.base import plurality
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 ANSWER_NOW = "answer now"
@@ -45,9 +46,7 @@ def vote_tool_calls(sample_set: SampleSet) -> tuple[Aggregation | None, dict[str
             choices.setdefault(key, []).append(candidate)
     if all(key == ANSWER_NOW for key in choices):
         return None, {}
-    votes = {key: float(len(members)) for key, members in choices.items()}
-    best = max(votes.values())
-    tied = sorted((key for key, v in votes.items() if v == best), key=lambda key: choices[key][0].index)
+    votes, tied = plurality(choices)
     if tied[0] == ANSWER_NOW:
         return None, votes
     winners = choices[tied[0]]
