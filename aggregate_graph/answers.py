@@ -185,7 +185,8 @@ def stated_answer(
     rise.": their numbers must not vote). A solution cut off (`last_number=False`) abstains only by an explicit
     answer ("The answer is unknown."), never by the prose it was cut in."""
     found, how = _extract(text, last_number)
-    if found is not None and (reason := abstention(found, abstentions)) is not None:
+    screened, reason = screen_answer(found, abstentions)
+    if reason is not None:
         return None, reason
     if text and abstentions and last_number and how in (None, "number"):  # a cut-off text abstained from nothing
         tail = text[-2000:].strip()
@@ -195,7 +196,7 @@ def stated_answer(
         for part in (after_last_number, last_sentence):
             if (reason := abstention(part, abstentions)) is not None:
                 return None, reason
-    return found, None
+    return screened, None
 
 
 _NUMBER_WITH_UNIT = re.compile(r"^(-?\$?[\d,]*\.?\d+)\s+[A-Za-z]{2,}[A-Za-z ]*\.?$")

@@ -28,8 +28,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, model_validator
 
-from aggregate_graph.aggregators import MajorityVote, Medoid
-from aggregate_graph.graph import MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.sampling import CandidatePolicy, describe_model
@@ -58,7 +58,7 @@ class AggregatingChatModel(BaseChatModel):
     min_candidates: int = 1
     max_n: int = MAX_CANDIDATES
     max_concurrency: int = 64
-    fallback: Runnable[SampleSet, Aggregation] | None = Field(default_factory=Medoid)
+    fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK
     store: BaseStore | None = Field(default=None, exclude=True)
 
     def __init__(self, model: ModelSpec | Sequence[ModelSpec], n: int = 5, **options: Any) -> None:

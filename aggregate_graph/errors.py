@@ -30,20 +30,21 @@ class AggregateGraphError(Exception):
     sample_set: SampleSet | None = None
 
 
-class AggregationError(AggregateGraphError, RuntimeError):
+class _DrawnError(AggregateGraphError, RuntimeError):
+    """An error raised once candidates were drawn: constructed with them. (Not on the base class: `RequestError`
+    is constructed as the `openai.BadRequestError` it also is.)"""
+
+    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
+        super().__init__(message)
+        self.sample_set = sample_set
+
+
+class AggregationError(_DrawnError):
     """Aggregation could not produce an answer. `sample_set` keeps every candidate that was drawn."""
 
-    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
-        super().__init__(message)
-        self.sample_set = sample_set
 
-
-class QuorumError(AggregateGraphError, RuntimeError):
+class QuorumError(_DrawnError):
     """Fewer candidates succeeded than `min_candidates`. `sample_set` holds every candidate and its error."""
-
-    def __init__(self, message: str, sample_set: SampleSet | None = None) -> None:
-        super().__init__(message)
-        self.sample_set = sample_set
 
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))

@@ -45,7 +45,7 @@ MAX_CANDIDATES = 512  # candidates one graph run may draw (`n`)
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
-_MEDOID = Medoid()
+DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
 
 
 class AdaptiveSampling(BaseModel):
@@ -238,24 +238,26 @@ class _Nodes:
         plan, choices = vote_tool_calls(sample_set)
         if plan is not None:
             return sample_set.model_copy(update={"aggregation": plan})
+        voters = answering(sample_set)
         try:
-            aggregation = self.aggregator.invoke(answering(sample_set), config)
+            aggregation = self.aggregator.invoke(voters, config)
         except AggregationError as exc:
             if self.fallback is None:
                 raise
-            aggregation = self._fell_back(self.fallback.invoke(answering(sample_set), config), exc)
+            aggregation = self._fell_back(self.fallback.invoke(voters, config), exc)
         return self._decided(sample_set, aggregation, choices)
 
     async def _adecide(self, sample_set: SampleSet, config: RunnableConfig) -> SampleSet:
         plan, choices = vote_tool_calls(sample_set)
         if plan is not None:
             return sample_set.model_copy(update={"aggregation": plan})
+        voters = answering(sample_set)
         try:
-            aggregation = await self.aggregator.ainvoke(answering(sample_set), config)
+            aggregation = await self.aggregator.ainvoke(voters, config)
         except AggregationError as exc:
             if self.fallback is None:
                 raise
-            aggregation = self._fell_back(await self.fallback.ainvoke(answering(sample_set), config), exc)
+            aggregation = self._fell_back(await self.fallback.ainvoke(voters, config), exc)
         return self._decided(sample_set, aggregation, choices)
 
     @staticmethod
@@ -302,7 +304,7 @@ def build_aggregate_graph(
     checkpointer: BaseCheckpointSaver | bool | None = None,
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
-    fallback: Runnable[SampleSet, Aggregation] | None = _MEDOID,
+    fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK,
     name: str = "aggregate_graph",
 ) -> CompiledStateGraph:
     """A compiled graph that answers the last human message with `n` candidates and an aggregation.

@@ -325,22 +325,23 @@ def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
 
 class _NextStep(NamedTuple):
     """After a failed `n` request, or its probe: the candidates settled so far, and the draw still to be asked
-    for one by one (None: nothing) under `policy`."""
+    for one by one (None: nothing) under `policy`; with `probe`, that draw is one sample whose answer decides
+    what happens to the rest (`_after_probe`)."""
 
     done: list[Candidate]
     singles: Draw | None
     policy: CandidatePolicy | None = None
+    probe: bool = False
 
 
-def _after_failed_n(draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float) -> _NextStep:
-    """What follows a failed `n` request before any probe: give up, ask for all one by one, or probe (the
-    returned draw is then the probe's single sample)."""
+def _first_step(draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float) -> _NextStep:
+    """What follows a failed `n` request (`after_failed_n`): give up, ask for all one by one, or probe."""
     action, left = after_failed_n(exc), remaining(policy, started)
     if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
         return _NextStep(_failed(draw, sampler, exc, time.perf_counter() - started), None)
     if action == "singles":
         return _NextStep([], draw, left)
-    return _NextStep([], _subdraw(draw, draw.indices[:1]), left)
+    return _NextStep([], _subdraw(draw, draw.indices[:1]), left, probe=True)
 
 
 def _after_probe(
@@ -358,8 +359,8 @@ def _after_probe(
 def _after_failed_n_sync(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
 ) -> list[Candidate]:
-    step = _after_failed_n(draw, sampler, policy, exc, started)
-    if step.singles is not None and after_failed_n(exc) == "probe":
+    step = _first_step(draw, sampler, policy, exc, started)
+    if step.probe:
         probe = draw_candidates(step.singles, sampler, step.policy, config)
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:
@@ -409,8 +410,8 @@ async def adraw_candidates(
 async def _after_failed_n_async(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
 ) -> list[Candidate]:
-    step = _after_failed_n(draw, sampler, policy, exc, started)
-    if step.singles is not None and after_failed_n(exc) == "probe":
+    step = _first_step(draw, sampler, policy, exc, started)
+    if step.probe:
         probe = await adraw_candidates(step.singles, sampler, step.policy, config)
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:

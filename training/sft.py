@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,9 +102,11 @@ def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
     # prompt/completion split (`completion_only_loss`) masks exactly the same tokens for these single-turn examples:
     # the completion is the assistant turn. Either way only the aggregator's answer is learned, never the candidates.
     markers = bool(tokenizer.chat_template) and has_generation_markers(tokenizer.chat_template)
+    args = config  # what the trainer gets; `config`, as asked, is what training_step.json records
     if config.assistant_only_loss and not markers:
         logger.info("chat template has no generation markers: masking by the prompt/completion split instead")
-        config.assistant_only_loss = False
+        args = copy.copy(config)
+        args.assistant_only_loss = False
     train = load_split(config.data_dir, "train", ["prompt", "completion"])
     if train is None:
         raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
@@ -111,7 +114,7 @@ def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
     trainer_class = SFTTrainer if config.token_metrics else _answer_tokens_trainer()
     trainer = trainer_class(
         model=load_model(model, bf16=config.bf16),
-        args=config,
+        args=args,
         train_dataset=train,
         eval_dataset=load_split(config.data_dir, "validation", ["prompt", "completion"]) if evaluating else None,
         processing_class=tokenizer,

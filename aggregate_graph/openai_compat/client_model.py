@@ -107,7 +107,7 @@ class OpenAIClientChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "openai-client"
 
-    def _call(self, messages: Sequence[BaseMessage] = ()) -> CallSettings:
+    def _call(self) -> CallSettings:
         call = current_call(self.call_key) if self.call_key is not None else None
         return call if call is not None else CallSettings(self.model, self.request, self.messages)
 
@@ -122,7 +122,7 @@ class OpenAIClientChatModel(BaseChatModel):
 
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
-        call = self._call(messages)
+        call = self._call()
         sent = call.messages if call.messages is not None else convert_to_openai_messages(messages)
         body = {**call.request, **kwargs, "model": call.model, "messages": sent}
         if stop is not None:

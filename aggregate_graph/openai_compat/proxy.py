@@ -29,12 +29,11 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from starlette.background import BackgroundTask
 
 from aggregate_graph.errors import AggregateGraphError, describe
-from aggregate_graph.graph import QuorumError
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import ENGINE_ATTRIBUTE, wrap_openai
 from aggregate_graph.registry import AGGREGATOR_NAMES
+from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
 from aggregate_graph.serve.http import (
-    DEFAULT_MAX_BODY_BYTES,
     SSE_DONE,
     OpenAIError,
     add_error_handlers,
@@ -55,7 +54,6 @@ _CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters
     "extra_body",
     "timeout",
 }
-_TIMEOUT_ERRORS = ("TimeoutError", "APITimeoutError")  # how `describe` starts a timed-out candidate's error
 _KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
 
 MAX_SAMPLES_PER_REQUEST = 64
@@ -141,16 +139,10 @@ class Scrubber:
 def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
     """(status, type, code) of the error answered for an upstream failure. The client's own mistakes
     (a bad parameter, an unknown model) keep their status; the proxy's credentials being refused, or the
-    upstream failing, is the gateway's problem (502), and a slow upstream is 504."""
-    timed_out = isinstance(exc, openai.APITimeoutError | TimeoutError)
-    if isinstance(exc, QuorumError) and exc.sample_set is not None:
-        failed = exc.sample_set.failed
-        statuses = {c.error_status for c in failed}
-        status = statuses.pop() if len(statuses) == 1 else None
-        timed_out = bool(failed) and all((c.error or "").startswith(_TIMEOUT_ERRORS) for c in failed)
-    else:
-        status = getattr(exc, "status_code", None)
-    if timed_out:
+    upstream failing, is the gateway's problem (502), and a slow upstream is 504. Total candidate failure
+    arrives already as the openai class of its cause (`openai_compat.errors`)."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, openai.APITimeoutError | TimeoutError):
         return 504, "timeout", "upstream_timeout"
     if status == 429:
         return 429, "requests", "rate_limit_exceeded"

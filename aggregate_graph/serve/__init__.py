@@ -11,8 +11,10 @@ from pathlib import Path
 
 DEFAULT_SERVED_NAME = "aggregator"
 SMOLLM2 = "smollm2"
-DEFAULT_MAX_BODY_BYTES = 1_000_000  # request bodies larger than this get 413, in every server here
 """The model folder argument that means the embedded SmolLM2-135M-Instruct."""
+DEFAULT_MAX_BODY_BYTES = 1_000_000
+"""The request body every server here takes by default (a chat request is a few kB; a long prompt, a few hundred);
+larger ones get 413."""
 
 
 def resolve_model_dir(model_dir: str | Path) -> Path:

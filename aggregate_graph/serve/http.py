@@ -17,7 +17,6 @@ from fastapi.responses import JSONResponse, Response
 
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
 
-"""The request body a server takes by default (a chat request is a few kB; a long prompt, a few hundred)."""
 DRAIN_LIMIT = 256 * 1024 * 1024
 """An oversized body is read (and dropped) up to this, then the connection closes."""
 SSE_DONE = "data: [DONE]\n\n"
@@ -67,6 +66,12 @@ def completion_envelope(model: str) -> dict[str, Any]:
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
 
 
+def _too_large(size: int, max_bytes: int) -> OpenAIError:
+    return OpenAIError(
+        413, f"the request body is {size} bytes; this server takes at most {max_bytes}", code="too_large"
+    )
+
+
 async def read_json(request: Request, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> dict[str, Any]:
     """The JSON object in the body, refused (413) past `max_bytes`, whether declared or chunked. An oversized
     body is read on (and dropped) up to `DRAIN_LIMIT`, so a client — which sends its whole body before reading —
@@ -74,7 +79,7 @@ async def read_json(request: Request, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -
     dropped."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > DRAIN_LIMIT:
-        raise OpenAIError(413, f"the request body is {declared} bytes; this server takes at most {max_bytes}")
+        raise _too_large(int(declared), max_bytes)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -83,9 +88,7 @@ async def read_json(request: Request, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -
         elif size > DRAIN_LIMIT:
             break
     if size > max_bytes:
-        raise OpenAIError(
-            413, f"the request body is {size} bytes; this server takes at most {max_bytes}", code="too_large"
-        )
+        raise _too_large(size, max_bytes)
     try:
         body = json.loads(b"".join(chunks))
     except ValueError:  # json.JSONDecodeError and UnicodeDecodeError alike

@@ -25,9 +25,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aggregate_graph.local import LocalChatModel
-from aggregate_graph.serve import DEFAULT_SERVED_NAME, resolve_model_dir
+from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES, DEFAULT_SERVED_NAME, resolve_model_dir
 from aggregate_graph.serve.http import (
-    DEFAULT_MAX_BODY_BYTES,
     SSE_DONE,
     OpenAIError,
     add_error_handlers,
