@@ -1,8 +1,9 @@
 """The prebuilt graph: prepare → fan out candidate draws with `Send` (in waves when sampling adaptively)
 → aggregate → an AIMessage carrying the sample set.
 
-    START → prepare ─┬─> generate ×k ─> wave_done ─┬─> generate ×k (next wave) …
+    START → prepare ─┬─> generate ×k ─> wave_done ─┬─> generate ×k (next wave) …     (adaptive sampling)
                      └───────────────> aggregate <─┘
+    START → prepare ───> generate ×k ─> aggregate                                   (one wave of n)
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMes
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_store, get_stream_writer
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -32,9 +34,12 @@ from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import (
     CandidatePolicy,
     Draw,
+    OnDrawn,
     Sampler,
     adraw_candidates,
+    adraw_singles,
     draw_candidates,
+    draw_singles,
     is_transient,
 )
 
@@ -100,6 +105,12 @@ def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
     raise ValueError("no question: the state's `messages` has no human message")
 
 
+def _checkpointed(config: RunnableConfig) -> bool:
+    """Whether a checkpointer saves this run's task writes: LangGraph puts the graph's own, or else a parent's,
+    in each task's config (a parent's also when the graph was compiled with `checkpointer=False`)."""
+    return (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER) is not None
+
+
 def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"n must be an integer, got {n!r}")
@@ -110,17 +121,21 @@ def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
     return n
 
 
-class _SyncAsyncNode(Runnable[Any, dict[str, Any]]):
-    """A node with a sync and an async body. LangGraph traces each node task itself; RunnableLambda would
-    also inspect both functions' signatures on every call, which costs ~0.5 ms per candidate."""
+class _SyncAsyncNode(Runnable[Any, Any]):
+    """A node (or an edge's routing function) with a sync and an async body; without `afunc`, the sync body is
+    quick, blocking-free work that runs on the event loop. LangGraph traces each node task itself; RunnableLambda
+    would also inspect both functions' signatures on every call (~0.5 ms per candidate), and LangGraph runs a
+    sync-only function in a worker thread (~0.3 ms per hop)."""
 
-    def __init__(self, name: str, func: Any, afunc: Any) -> None:
+    def __init__(self, name: str, func: Any, afunc: Any = None) -> None:
         self.name, self.func, self.afunc = name, func, afunc
 
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         return self.func(input, ensure_config(config))
 
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> dict[str, Any]:
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        if self.afunc is None:
+            return self.func(input, ensure_config(config))
         return await self.afunc(input, ensure_config(config))
 
 
@@ -137,17 +152,26 @@ class _Nodes:
         min_candidates: int,
         log_namespace: tuple[str, ...],
         fallback: Runnable[SampleSet, Aggregation] | None,
+        max_concurrency: int,
+        may_checkpoint: bool,
     ) -> None:
         self.pool, self.n, self.aggregator, self.fallback = pool, n, aggregator, fallback
         self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
         self.log_namespace = log_namespace
+        # a wave drawn in one task keeps the concurrency its tasks would have had
+        self.wave_policy = policy.model_copy(update={"max_concurrency": max_concurrency})
+        self.may_checkpoint = may_checkpoint
 
-    def prepare(self, state: AggregateState) -> dict[str, Any]:
+    def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
         return {"question": question, "candidates": Overwrite([]), "sample_set": None}
 
-    def route(self, state: AggregateState) -> list[Send] | str:
-        """Sends for the next wave of draws, or "aggregate" when there is nothing more to draw."""
+    def route(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
+        """Sends for the next wave of draws, or "aggregate" when there is nothing more to draw.
+
+        A sampler that takes `n` gets one request for its share of the wave. Otherwise each candidate is its own
+        request: with a checkpointer, each in its own task, so that LangGraph saves each as it finishes; without
+        one, all in one task, since a LangGraph task costs ~0.6 ms of CPU and there is nothing to save."""
         candidates = state.get("candidates") or []
         drawn = len(candidates)
         if drawn >= self.n or (drawn and self.adaptive is not None and self.adaptive.satisfied(candidates)):
@@ -158,32 +182,50 @@ class _Nodes:
         by_sampler: dict[int, list[int]] = {}
         for index in range(drawn, min(self.n, drawn + size)):
             by_sampler.setdefault(index % len(self.pool), []).append(index)
-        sends = []
+        sends, saved = [], self.may_checkpoint and _checkpointed(config)
         for s, indices in by_sampler.items():
-            groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
+            groups = [indices] if not saved or self.pool[s].supports_n(self.policy) else [[i] for i in indices]
             sends += [Send("generate", Draw(s, tuple(g), tuple(conversation), wave)) for g in groups]
         return sends
 
-    def _report(self, candidates: list[Candidate]) -> dict[str, Any]:
-        write = get_stream_writer()
-        for c in candidates:
-            write(
-                {
-                    "candidate": c.index,
-                    "of": self.n,
-                    "answer": c.answer,
-                    "model": c.model,
-                    "error": c.error,
-                    "latency_s": c.latency_s,
-                }
-            )
-        return {"candidates": candidates}
+    def _reporter(self) -> OnDrawn:
+        """Tells a parent streaming `custom` events of candidates as they land."""
+        write, n = get_stream_writer(), self.n
+
+        def report(candidates: list[Candidate]) -> None:
+            for c in candidates:
+                write(
+                    {
+                        "candidate": c.index,
+                        "of": n,
+                        "answer": c.answer,
+                        "model": c.model,
+                        "error": c.error,
+                        "latency_s": c.latency_s,
+                    }
+                )
+
+        return report
+
+    def _singles(self, draw: Draw) -> bool:
+        """Whether `draw` is a wave's single requests, drawn in one task (`route`)."""
+        return len(draw.indices) > 1 and not self.pool[draw.sampler_index].supports_n(self.policy)
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        return self._report(draw_candidates(draw, self.pool[draw.sampler_index], self.policy, config))
+        sampler, report = self.pool[draw.sampler_index], self._reporter()
+        if self._singles(draw):
+            return {"candidates": draw_singles(draw, sampler, self.wave_policy, config, report)}
+        candidates = draw_candidates(draw, sampler, self.policy, config)
+        report(candidates)
+        return {"candidates": candidates}
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        return self._report(await adraw_candidates(draw, self.pool[draw.sampler_index], self.policy, config))
+        sampler, report = self.pool[draw.sampler_index], self._reporter()
+        if self._singles(draw):
+            return {"candidates": await adraw_singles(draw, sampler, self.wave_policy, config, report)}
+        candidates = await adraw_candidates(draw, sampler, self.policy, config)
+        report(candidates)
+        return {"candidates": candidates}
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
         candidates = state.get("candidates") or []
@@ -332,20 +374,26 @@ def build_aggregate_graph(
         min_candidates,
         log_namespace,
         fallback,
+        max_concurrency,
+        checkpointer is not False,  # False: never, even inside a parent that has one
     )
+    route = _SyncAsyncNode("route", nodes.route)
     builder = StateGraph(AggregateState)
-    builder.add_node("prepare", nodes.prepare)
+    builder.add_node("prepare", _SyncAsyncNode("prepare", nodes.prepare))
     builder.add_node("generate", _SyncAsyncNode("generate", nodes.generate, nodes.agenerate))
-    builder.add_node("wave_done", lambda state: {})  # a join: the next route sees the whole wave
     builder.add_node(
         "aggregate",
         _SyncAsyncNode("aggregate", nodes.aggregate, nodes.aaggregate),
         retry_policy=RetryPolicy(max_attempts=3, retry_on=is_transient),
     )
     builder.add_edge(START, "prepare")
-    builder.add_conditional_edges("prepare", nodes.route, ["generate", "aggregate"])
-    builder.add_edge("generate", "wave_done")
-    builder.add_conditional_edges("wave_done", nodes.route, ["generate", "aggregate"])
+    builder.add_conditional_edges("prepare", route, ["generate", "aggregate"])
+    if adaptive is None:  # one wave draws all n (every index gets a record, failed or not): then aggregate
+        builder.add_edge("generate", "aggregate")
+    else:  # a join, so that the next route sees the whole wave
+        builder.add_node("wave_done", _SyncAsyncNode("wave_done", lambda state, config: {}))
+        builder.add_edge("generate", "wave_done")
+        builder.add_conditional_edges("wave_done", route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
     configured = graph.with_config(max_concurrency=max_concurrency)

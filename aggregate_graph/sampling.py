@@ -12,7 +12,7 @@ import contextvars
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -38,6 +38,7 @@ from aggregate_graph.n_support import after_failed_n, endpoint, learn, n_mode, n
 from aggregate_graph.sample_set import Candidate, Usage
 
 T = TypeVar("T")
+OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
 
 
 class CandidatePolicy(BaseModel):
@@ -270,11 +271,6 @@ def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
     return value
 
 
-# An `n` request is tried once: retrying an all-or-nothing request risks all n samples again, while the
-# single requests it falls back to each get the policy's attempts.
-_ONE_ATTEMPT = CandidatePolicy(max_attempts=1)
-
-
 def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
     stop = stop_after_attempt(policy.max_attempts)
     if policy.deadline_s is not None:
@@ -287,6 +283,39 @@ def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]
     )
 
 
+def _one_attempt(policy: CandidatePolicy, k: int) -> bool:
+    """Whether the request gets a single attempt: the policy allows one, or it asks for `n` samples — retrying
+    an all-or-nothing request risks all n again, while the single requests it falls back to each get the
+    policy's attempts. A single attempt skips tenacity, whose bookkeeping costs ~0.1 ms a request."""
+    return k > 1 or policy.max_attempts == 1
+
+
+def _request(
+    sampler: Sampler, messages: list[BaseMessage], k: int, policy: CandidatePolicy, config: RunnableConfig | None
+) -> LLMResult:
+    def attempt() -> LLMResult:
+        call_kwargs = _call_kwargs(sampler, k, config)
+        return _with_timeout(lambda: sampler.model.generate([messages], **call_kwargs), policy.timeout_s)
+
+    return attempt() if _one_attempt(policy, k) else _retrying(policy, Retrying)(attempt)
+
+
+async def _arequest(
+    sampler: Sampler, messages: list[BaseMessage], k: int, policy: CandidatePolicy, config: RunnableConfig | None
+) -> LLMResult:
+    async def attempt() -> LLMResult:
+        timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
+        try:
+            async with timeout:
+                return await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
+        except TimeoutError:
+            if not timeout.expired():  # the model's own
+                raise
+            raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
+
+    return await (attempt() if _one_attempt(policy, k) else _retrying(policy, AsyncRetrying)(attempt))
+
+
 def draw_candidates(
     draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
 ) -> list[Candidate]:
@@ -297,14 +326,10 @@ def draw_candidates(
     deadline; what the endpoint did with `n` is remembered (`n_support`)."""
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
     if k > 1 and not sampler.supports_n(policy):
-        return _draw_singles_sync(draw, sampler, policy, config)
+        return draw_singles(draw, sampler, policy, config)
     started = time.perf_counter()
     try:
-        for attempt in _retrying(policy if k == 1 else _ONE_ATTEMPT, Retrying):
-            with attempt:
-                result = _with_timeout(
-                    lambda: sampler.model.generate([messages], **_call_kwargs(sampler, k, config)), policy.timeout_s
-                )
+        result = _request(sampler, messages, k, policy, config)
     except Exception as exc:
         if k > 1:
             return _after_failed_n_sync(draw, sampler, policy, config, exc, started)
@@ -315,7 +340,7 @@ def draw_candidates(
     if missing:  # a server that ignored `n`: the rest one by one, within the deadline
         if (left := remaining(policy, started)) is None:
             return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += _draw_singles_sync(_subdraw(draw, missing), sampler, left, config)
+        done += draw_singles(_subdraw(draw, missing), sampler, left, config)
     return done
 
 
@@ -365,17 +390,29 @@ def _after_failed_n_sync(
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:
         return step.done
-    return step.done + _draw_singles_sync(step.singles, sampler, step.policy, config)
+    return step.done + draw_singles(step.singles, sampler, step.policy, config)
 
 
-def _draw_singles_sync(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None
+def draw_singles(
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None = None,
+    on_drawn: OnDrawn | None = None,
 ) -> list[Candidate]:
+    """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
+    `on_drawn` is called with each one's record as it lands."""
+
+    def one(single: Draw) -> list[Candidate]:
+        drawn = draw_candidates(single, sampler, policy, config)
+        if on_drawn is not None:
+            on_drawn(drawn)
+        return drawn
+
     singles = [_subdraw(draw, (i,)) for i in draw.indices]
     # ContextThreadPoolExecutor: each request sees the node's config and tracing context, as the node does
     with ContextThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
-        batches = pool.map(lambda d: draw_candidates(d, sampler, policy, config), singles)
-        return [c for batch in batches for c in batch]
+        return [c for batch in pool.map(one, singles) for c in batch]
 
 
 async def adraw_candidates(
@@ -384,16 +421,11 @@ async def adraw_candidates(
     """Async `draw_candidates`."""
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
     if k > 1 and not sampler.supports_n(policy):
-        return await _draw_singles_async(draw, sampler, policy, config)
+        return await adraw_singles(draw, sampler, policy, config)
     started = time.perf_counter()
     try:
-        async for attempt in _retrying(policy if k == 1 else _ONE_ATTEMPT, AsyncRetrying):
-            with attempt:
-                call: Awaitable[LLMResult] = sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
-                result = await asyncio.wait_for(call, policy.timeout_s)
+        result = await _arequest(sampler, messages, k, policy, config)
     except Exception as exc:
-        if isinstance(exc, asyncio.TimeoutError | TimeoutError) and not str(exc):
-            exc = TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout")
         if k > 1:
             return await _after_failed_n_async(draw, sampler, policy, config, exc, started)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
@@ -403,7 +435,7 @@ async def adraw_candidates(
     if missing:
         if (left := remaining(policy, started)) is None:
             return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += await _draw_singles_async(_subdraw(draw, missing), sampler, left, config)
+        done += await adraw_singles(_subdraw(draw, missing), sampler, left, config)
     return done
 
 
@@ -416,17 +448,25 @@ async def _after_failed_n_async(
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:
         return step.done
-    return step.done + await _draw_singles_async(step.singles, sampler, step.policy, config)
+    return step.done + await adraw_singles(step.singles, sampler, step.policy, config)
 
 
-async def _draw_singles_async(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None
+async def adraw_singles(
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None = None,
+    on_drawn: OnDrawn | None = None,
 ) -> list[Candidate]:
+    """Async `draw_singles`."""
     gate = asyncio.Semaphore(policy.max_concurrency)
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
-            return await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config)
+            drawn = await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config)
+        if on_drawn is not None:
+            on_drawn(drawn)
+        return drawn
 
     batches = await asyncio.gather(*(one(i) for i in draw.indices))
     return [c for batch in batches for c in batch]

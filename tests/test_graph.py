@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -221,14 +222,31 @@ def test_adaptive_sampling_draws_more_waves_on_disagreement(serve):
     assert s.aggregation.answer == "7" and s.metadata["samples_saved"] == 5
 
 
-def test_streaming_shows_each_candidate_as_it_arrives(serve):
-    server = serve(["#### 42"], latency_s=0.05)
+def test_streaming_shows_each_candidate_as_it_lands(serve):
+    # seed 0: of 4 requests only the 4th rolls under hang_rate, and sleeps a second before answering
+    server = serve(["#### 42"], hang_rate=0.3, hang_s=1.0)
     graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False))
-    events = list(graph.stream(ASK, stream_mode=["custom", "updates"]))
-    progress = [e for mode, e in events if mode == "custom"]
+    started, progress, arrivals = time.perf_counter(), [], []
+    for mode, event in graph.stream(ASK, stream_mode=["custom", "updates"]):
+        if mode == "custom":
+            progress.append(event)
+            arrivals.append(time.perf_counter() - started)
+    assert server.hangs == 1
     assert sorted(p["candidate"] for p in progress) == [0, 1, 2, 3] and all(p["answer"] == "42" for p in progress)
-    names = [next(iter(e)) for mode, e in events if mode == "updates"]
-    assert names.count("generate") == 4 and names[-1] == "aggregate"
+    # without a checkpointer the wave is one task, and still each candidate is told as it lands
+    assert arrivals[2] < 0.5 <= arrivals[3]
+
+
+@pytest.mark.parametrize("saved", [False, True])
+def test_a_wave_is_one_task_unless_a_checkpointer_saves_each_candidate(serve, saved):
+    server = serve(["#### 42"], latency_s=0.02)
+    checkpointer = InMemorySaver(serde=checkpoint_serde()) if saved else None
+    graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False), checkpointer=checkpointer)
+    config = {"configurable": {"thread_id": "wave"}}
+    updates = [next(iter(e)) for e in graph.stream(ASK, config, stream_mode="updates")]
+    assert server.calls == 4 and updates.count("aggregate") == 1
+    # with a checkpointer, LangGraph saves each task's writes as it finishes: one task per candidate
+    assert updates.count("generate") == (4 if saved else 1)
 
 
 def test_store_logs_every_run_and_exports_jsonl(serve, tmp_path):

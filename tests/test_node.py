@@ -2,13 +2,14 @@
 
 from typing import Annotated, TypedDict
 
+import pytest
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.store.memory import InMemoryStore
 
-from aggregate_graph import AggregateNode, MajorityVote, SampleSet
+from aggregate_graph import AggregateNode, AggregatingChatModel, CandidatePolicy, MajorityVote, SampleSet
 from aggregate_graph.log import iter_logged
 from tests.conftest import chat
 
@@ -64,3 +65,21 @@ async def test_async_node(serve):
     server = serve(["#### 12"])
     out = await build(server).ainvoke({"messages": [HumanMessage("3*4?")], "student": "Cy"})
     assert out["messages"][-1].response_metadata["sample_set"]["aggregation"]["answer"] == "12"
+
+
+@pytest.mark.parametrize("kind", ["node", "chat_model"])
+def test_inside_a_saved_parent_the_node_saves_each_candidate_and_the_chat_model_draws_one_task(serve, kind):
+    # AggregateNode runs as a subgraph on the parent's checkpointer: one task per candidate, each saved as it
+    # finishes. AggregatingChatModel's graph is compiled with checkpointer=False: nothing to save, one task.
+    server, single = serve(["#### 42"]), CandidatePolicy(use_n=False)
+    builder = StateGraph(MessagesState)
+    if kind == "node":
+        builder.add_node("answer", AggregateNode(chat(server), n=3, policy=single))
+    else:
+        model = AggregatingChatModel(chat(server), n=3, policy=single)
+        builder.add_node("answer", lambda state: {"messages": [model.invoke(state["messages"])]})
+    builder.add_edge(START, "answer")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": kind}}
+    events = graph.stream({"messages": [HumanMessage("6 times 7?")]}, config, stream_mode="updates", subgraphs=True)
+    assert [next(iter(update)) for _, update in events].count("generate") == (3 if kind == "node" else 1)
