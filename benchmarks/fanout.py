@@ -208,9 +208,7 @@ def vote_rows() -> list[tuple[str, str, str]]:
 def main() -> int:
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
         single = CandidatePolicy(use_n=False)
-        rows = asyncio.run(
-            fanout_rows(base_url, single, "use_n=False", {8: "≤ 1.05", 64: "≤ 1.10"})
-        )
+        rows = asyncio.run(fanout_rows(base_url, single, "use_n=False", {8: "≤ 1.05", 64: "≤ 1.10"}))
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "reject") as base_url:
         refusing = "server refusing n, default policy, after the first call"
         rows += asyncio.run(fanout_rows(base_url, None, refusing, {8: "≤ 1.10", 64: "≤ 1.10"}))
