@@ -14,10 +14,7 @@ failure maps to (`except openai.RateLimitError` works), which is also a `QuorumE
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import httpx
-import openai
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from aggregate_graph.sample_set import SampleSet
@@ -48,11 +45,41 @@ class QuorumError(_DrawnError):
 
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+ErrorKind = Literal["status", "timeout", "connection", "other"]
+# Matched against the names of an exception's classes, so that any SDK's own (openai's, anthropic's, httpx's or
+# httpx2's, the built-in ones) count without importing each of them.
+_TIMEOUTS = frozenset(
+    {"APITimeoutError", "TimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout"}
+    | {"PoolTimeout"}
+)
+_CONNECTION = frozenset(
+    {"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError"}
+    | {"NetworkError", "TransportError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError"}
+)
+
+
+def error_kind(exc: BaseException) -> ErrorKind:
+    """What kind of failure `exc` is: an HTTP status answered, a timeout, a connection that failed or dropped,
+    or something else. Recorded on a failed candidate (`Candidate.error_kind`)."""
+    if isinstance(getattr(exc, "status_code", None), int):
+        return "status"
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & _TIMEOUTS:  # before connection errors: openai's timeout is a kind of connection error
+        return "timeout"
+    if names & _CONNECTION:
+        return "connection"
+    return "other"
+
+
+def error_body(exc: BaseException) -> dict[str, Any] | None:
+    """The error object an API answered with (`body` of an openai / anthropic status error), when it is one."""
+    body = getattr(exc, "body", None)
+    return body if isinstance(body, dict) else None
 
 
 def is_transient(exc: BaseException) -> bool:
     """Errors worth retrying: rate limits, server errors, timeouts and dropped connections."""
-    if isinstance(exc, TimeoutError | openai.APITimeoutError | openai.APIConnectionError | httpx.TransportError):
+    if error_kind(exc) in ("timeout", "connection"):
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and status in TRANSIENT_STATUS

@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from aggregate_graph.errors import ErrorKind
+
 
 def clean_text(value: Any) -> Any:
     """Valid UTF-8 text: bytes are decoded and lone surrogates replaced, so JSON logs never break. None stays."""
@@ -67,6 +69,12 @@ class Candidate(BaseModel):
     finish_reason: str | None = None
     error: str | None = None
     error_status: int | None = Field(default=None, description="the HTTP status of a failed request, if it had one")
+    error_kind: ErrorKind | None = Field(
+        default=None, description="what kind of failure `error` is (`errors.error_kind`)"
+    )
+    error_body: dict[str, Any] | None = Field(
+        default=None, description="the error object the API answered a failed request with, as it sent it"
+    )
     wave: int = 0
 
     @field_validator("text", "answer", "abstention", "model", "finish_reason", "error", mode="before")

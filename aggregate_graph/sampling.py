@@ -33,7 +33,7 @@ from tenacity import (
 )
 
 from aggregate_graph.answers import ABSTENTIONS, stated_answer
-from aggregate_graph.errors import describe, is_transient
+from aggregate_graph.errors import describe, error_body, error_kind, is_transient
 from aggregate_graph.n_support import after_failed_n, endpoint, learn, n_mode, n_was_refused
 from aggregate_graph.sample_set import Candidate, Usage
 
@@ -225,6 +225,8 @@ def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) ->
             latency_s=latency,
             error=describe(exc),
             error_status=status if isinstance(status, int) else None,
+            error_kind=error_kind(exc),
+            error_body=error_body(exc),
             wave=draw.wave,
         )
         for i in draw.indices

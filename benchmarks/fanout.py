@@ -35,7 +35,7 @@ from aggregate_graph.pools import load_qwen_math
 from aggregate_graph.sample_set import Candidate
 
 LATENCY_S = 0.1
-REPEATS = 9
+REPEATS = 15
 QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
 
 

@@ -47,17 +47,26 @@ def _check(error: Any, cls: type[openai.APIError], calls: int, upstream: Any) ->
     ],
 )
 def test_every_candidate_failing_with_a_status_raises_its_openai_class(serve, status, cls, calls) -> None:
-    upstream = serve(failure_rate=1.0, failure_status=status, failure_message=f"refused with {status}")
+    upstream = serve(
+        failure_rate=1.0, failure_status=status, failure_message=f"refused with {status}", failure_code=f"code_{status}"
+    )
     wrapped = wrap_openai(client(upstream), n=2)
     with pytest.raises(cls) as caught:
         wrapped.chat.completions.create(model="m", messages=QUESTION)
     error = caught.value
     _check(error, cls, calls, upstream)
-    # what the unwrapped client would carry: the status, a real response, the upstream's error and message
+    # what the unwrapped client carries: the status, a real response, the upstream's error object and message
+    with pytest.raises(cls) as unwrapped:
+        client(upstream).chat.completions.create(model="m", messages=QUESTION)
     assert error.status_code == error.response.status_code == status
-    assert error.body == {"message": f"refused with {status}"} and error.response.json()["error"] == error.body
-    assert error.message.startswith(f"Error code: {status} - refused with {status}")
+    assert error.body == unwrapped.value.body and error.response.json()["error"] == error.body
+    assert (
+        (error.code, error.type) == (unwrapped.value.code, unwrapped.value.type) == (f"code_{status}", "server_error")
+    )
+    assert error.message.startswith(f"Error code: {status} - ")
+    assert f"refused with {status}" in error.message
     assert {c.error_status for c in error.sample_set.failed} == {status}
+    assert {c.error_kind for c in error.sample_set.failed} == {"status"}
 
 
 async def test_the_async_client_raises_the_same_classes(serve) -> None:
@@ -80,6 +89,7 @@ def test_timeouts_raise_api_timeout_error_the_clients_and_the_graphs_alike(serve
     with pytest.raises(openai.APITimeoutError) as caught:
         bounded.chat.completions.create(model="m", messages=QUESTION)  # the graph's bound on each candidate
     assert all(c.error.startswith("TimeoutError") for c in caught.value.sample_set.failed)
+    assert {c.error_kind for c in caught.value.sample_set.failed} == {"timeout"}
 
 
 def test_an_unreachable_upstream_raises_api_connection_error() -> None:
@@ -92,10 +102,11 @@ def test_an_unreachable_upstream_raises_api_connection_error() -> None:
     error = caught.value
     assert not isinstance(error, openai.APITimeoutError) and isinstance(error, QuorumError)
     assert all(c.error.startswith("APIConnectionError") for c in error.sample_set.failed)
+    assert {c.error_kind for c in error.sample_set.failed} == {"connection"}
 
 
-def _failed(index: int, error: str, status: int | None = None) -> Candidate:
-    return Candidate(index=index, model="m", error=error, error_status=status)
+def _failed(index: int, error: str, status: int | None = None, kind: str = "status") -> Candidate:
+    return Candidate(index=index, model="m", error=error, error_status=status, error_kind=kind)
 
 
 def test_mixed_causes_raise_a_plain_api_error_with_the_quorum_message() -> None:
@@ -103,7 +114,7 @@ def test_mixed_causes_raise_a_plain_api_error_with_the_quorum_message() -> None:
         question="q",
         candidates=[
             _failed(0, "RateLimitError: Error code: 429 - slow down", 429),
-            _failed(1, "APITimeoutError: Request timed out."),
+            _failed(1, "APITimeoutError: Request timed out.", kind="timeout"),
         ],
     )
     quorum = QuorumError("only 0 of 2 candidates succeeded, below min_candidates=1; errors: …", sample_set)
@@ -117,14 +128,6 @@ def test_mixed_causes_raise_a_plain_api_error_with_the_quorum_message() -> None:
     # a quorum missed with no failed candidate has no upstream cause: it stays as it is
     nothing_failed = QuorumError("no failures", SampleSet(question="q"))
     assert upstream_error(nothing_failed, "http://x") is nothing_failed
-
-
-def test_an_older_openai_message_gives_back_the_whole_error_body() -> None:
-    body = {"message": "Rate limit reached", "type": "requests", "param": None, "code": "rate_limit_exceeded"}
-    candidate = _failed(0, f"RateLimitError: Error code: 429 - {{'error': {body!r}}}", 429)
-    error = upstream_error(QuorumError("…", SampleSet(question="q", candidates=[candidate])), "http://x/v1")
-    assert isinstance(error, openai.RateLimitError)
-    assert error.body == body and error.code == "rate_limit_exceeded" and error.type == "requests"
 
 
 def test_a_stream_that_fails_before_its_first_candidate_raises_at_create(serve) -> None:

@@ -21,29 +21,18 @@ The message is the upstream's own (e.g. "Error code: 429 - {...}"), followed by 
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 import httpx
 import openai
 from openai import _exceptions as _openai_exceptions
 
-from aggregate_graph.errors import QuorumError
+from aggregate_graph.errors import ErrorKind, QuorumError
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 # The HTTP library openai builds its requests and exceptions on (httpx, or httpx2 in openai ≥ 3): a response
 # attached to an openai exception is one of its own.
 http: Any = getattr(_openai_exceptions, "httpx2", None) or httpx
-
-_TIMEOUTS = frozenset(
-    {"APITimeoutError", "TimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout"}
-    | {"PoolTimeout"}
-)
-_CONNECTION = frozenset(
-    {"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError"}
-    | {"NetworkError", "TransportError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError"}
-)
-
 
 class QuorumAPIError(QuorumError, openai.APIError):
     """Too few candidates succeeded through `wrap_openai`: a `QuorumError` that is also an `openai.APIError`.
@@ -132,39 +121,18 @@ def _class_name(error: str) -> str:
     return head if sep and head.isidentifier() else ""
 
 
-def cause(candidate: Candidate) -> tuple[str, int | None]:
-    """A failed candidate's cause: ("status", code), ("timeout", None), ("connection", None) or ("other", None)."""
+def cause(candidate: Candidate) -> tuple[ErrorKind, int | None]:
+    """A failed candidate's cause: ("status", code), ("timeout", None), ("connection", None) or ("other", None),
+    as `sampling` recorded it (`errors.error_kind`)."""
     if candidate.error_status is not None:
         return "status", candidate.error_status
-    name = _class_name(candidate.error or "")
-    if name in _TIMEOUTS:
-        return "timeout", None
-    if name in _CONNECTION:
-        return "connection", None
-    return "other", None
+    kind = candidate.error_kind
+    return (kind if kind == "timeout" or kind == "connection" else "other"), None
 
 
 def _message(error: str) -> str:
     """The upstream's message: the recorded error without its class name."""
     return error.partition(": ")[2] if _class_name(error) else error
-
-
-def _body(message: str) -> dict[str, Any] | None:
-    """The error object as openai passes it to the exception, from the message openai made of the response:
-    "Error code: 429 - {'error': {...}}" (openai < 3: the whole body) gives the `error` object; "Error code: 429 -
-    Rate limit reached" (openai ≥ 3: its message alone) gives {"message": ...}. None when there is none."""
-    _, sep, rest = message.partition(" - ")
-    if not sep or not rest:
-        return None
-    if rest.startswith("{"):
-        try:
-            data = ast.literal_eval(rest)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            data = None  # cut short: the text is all there is
-        if isinstance(data, dict):
-            error = data.get("error", data)
-            return error if isinstance(error, dict) else data
-    return {"message": rest}
 
 
 def upstream_error(exc: QuorumError, url: str) -> QuorumError:
@@ -189,7 +157,7 @@ def upstream_error(exc: QuorumError, url: str) -> QuorumError:
     if kind == "connection":
         return QuorumAPIConnectionError(message, request=request, sample_set=sample_set)
     assert status is not None
-    body = _body(_message(failed[0].error or ""))
+    body = failed[0].error_body  # the upstream's error object, as the unwrapped client would carry it
     response = http.Response(status, request=request, json={"error": body or {"message": message}})
     cls = _BY_STATUS.get(status) or (QuorumInternalServerError if status >= 500 else QuorumAPIStatusError)
     return cls(message, request=request, response=response, body=body, sample_set=sample_set)

@@ -68,7 +68,8 @@ class OpenAITestServer:
         calls tools, with finish_reason "tool_calls"; streamed, its calls come whole in one chunk after the content.
     n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
         (as many servers do), "reject" answers 400 to n > 1.
-    failure_rate / failure_status / failure_message: share of requests answered with that error; fail_first:
+    failure_rate / failure_status / failure_message / failure_code: share of requests answered with that error
+        (its `code` too); fail_first:
         the first requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
     `headers` records each request's headers (`authorizations` their Authorization), to check what a client sent.
@@ -89,12 +90,13 @@ class OpenAITestServer:
         model: str = "test-model",
         finish_reason: str = "stop",
         failure_message: str = "injected failure",
+        failure_code: str | None = None,
         token_latency_s: float = 0.0,
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
         self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
-        self.failure_message, self.token_latency_s = failure_message, token_latency_s
+        self.failure_message, self.failure_code, self.token_latency_s = failure_message, failure_code, token_latency_s
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -171,7 +173,7 @@ class OpenAITestServer:
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
             if fault == "error":
-                return _error(self.failure_status, self.failure_message, "server_error")
+                return _error(self.failure_status, self.failure_message, "server_error", code=self.failure_code)
             if fault == "hang":
                 await asyncio.sleep(self.hang_s)
             n = int(body.get("n") or 1)
@@ -253,8 +255,8 @@ class OpenAITestServer:
         self.stop()
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> JSONResponse:
-    return OpenAIError(status, message, kind=kind, param=param).response()
+def _error(status: int, message: str, kind: str, param: str | None = None, code: str | None = None) -> JSONResponse:
+    return OpenAIError(status, message, kind=kind, param=param, code=code).response()
 
 
 def _completion(
