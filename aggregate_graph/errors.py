@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx
+import openai
+
 if TYPE_CHECKING:
     from aggregate_graph.sample_set import SampleSet
 
@@ -46,16 +49,10 @@ class QuorumError(_DrawnError):
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 ErrorKind = Literal["status", "timeout", "connection", "other"]
-# Matched against the names of an exception's classes, so that any SDK's own (openai's, anthropic's, httpx's or
-# httpx2's, the built-in ones) count without importing each of them.
-_TIMEOUTS = frozenset(
-    {"APITimeoutError", "TimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout"}
-    | {"PoolTimeout"}
-)
-_CONNECTION = frozenset(
-    {"APIConnectionError", "ConnectError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError"}
-    | {"NetworkError", "TransportError", "ReadError", "WriteError", "RemoteProtocolError", "ProtocolError"}
-)
+# The classes a timeout or a failed / dropped connection comes as, from the openai SDK (which LangChain's OpenAI
+# models use too), httpx beneath it, or the standard library.
+_TIMEOUTS = (TimeoutError, openai.APITimeoutError, httpx.TimeoutException)
+_CONNECTION = (ConnectionError, openai.APIConnectionError, httpx.TransportError)
 
 
 def error_kind(exc: BaseException) -> ErrorKind:
@@ -63,10 +60,9 @@ def error_kind(exc: BaseException) -> ErrorKind:
     or something else. Recorded on a failed candidate (`Candidate.error_kind`)."""
     if isinstance(getattr(exc, "status_code", None), int):
         return "status"
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & _TIMEOUTS:  # before connection errors: openai's timeout is a kind of connection error
+    if isinstance(exc, _TIMEOUTS):  # before connection errors: openai's timeout is a kind of connection error
         return "timeout"
-    if names & _CONNECTION:
+    if isinstance(exc, _CONNECTION):
         return "connection"
     return "other"
 

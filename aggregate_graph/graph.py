@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables.config import run_in_executor
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.config import get_store, get_stream_writer
-from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -42,6 +42,11 @@ from aggregate_graph.sampling import (
     draw_singles,
     is_transient,
 )
+
+try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
+    from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+except ImportError:  # pragma: no cover
+    CONFIG_KEY_CHECKPOINTER = "__pregel_checkpointer"
 
 MAX_CANDIDATES = 512  # candidates one graph run may draw (`n`)
 # The types this package keeps in checkpoints: state values, and the `Draw` payloads of pending Sends.
@@ -123,7 +128,7 @@ def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
 
 class _SyncAsyncNode(Runnable[Any, Any]):
     """A node (or an edge's routing function) with a sync and an async body; without `afunc`, the sync body is
-    quick, blocking-free work that runs on the event loop. LangGraph traces each node task itself; RunnableLambda
+    quick, non-blocking work that runs on the event loop. LangGraph traces each node task itself; RunnableLambda
     would also inspect both functions' signatures on every call (~0.5 ms per candidate), and LangGraph runs a
     sync-only function in a worker thread (~0.3 ms per hop)."""
 
@@ -158,9 +163,7 @@ class _Nodes:
         self.pool, self.n, self.aggregator, self.fallback = pool, n, aggregator, fallback
         self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
         self.log_namespace = log_namespace
-        # a wave drawn in one task keeps the concurrency its tasks would have had
-        self.wave_policy = policy.model_copy(update={"max_concurrency": max_concurrency})
-        self.may_checkpoint = may_checkpoint
+        self.max_concurrency, self.may_checkpoint = max_concurrency, may_checkpoint
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
@@ -171,7 +174,8 @@ class _Nodes:
 
         A sampler that takes `n` gets one request for its share of the wave. Otherwise each candidate is its own
         request: with a checkpointer, each in its own task, so that LangGraph saves each as it finishes; without
-        one, all in one task, since a LangGraph task costs ~0.6 ms of CPU and there is nothing to save."""
+        one, a sampler's share of the wave is one task (a LangGraph task costs ~0.6 ms of CPU, and there is
+        nothing to save), and the tasks split the run's `max_concurrency` between them."""
         candidates = state.get("candidates") or []
         drawn = len(candidates)
         if drawn >= self.n or (drawn and self.adaptive is not None and self.adaptive.satisfied(candidates)):
@@ -182,11 +186,24 @@ class _Nodes:
         by_sampler: dict[int, list[int]] = {}
         for index in range(drawn, min(self.n, drawn + size)):
             by_sampler.setdefault(index % len(self.pool), []).append(index)
-        sends, saved = [], self.may_checkpoint and _checkpointed(config)
-        for s, indices in by_sampler.items():
-            groups = [indices] if not saved or self.pool[s].supports_n(self.policy) else [[i] for i in indices]
-            sends += [Send("generate", Draw(s, tuple(g), tuple(conversation), wave)) for g in groups]
-        return sends
+        messages, draws = tuple(conversation), []
+        if self.may_checkpoint and _checkpointed(config):
+            for s, indices in by_sampler.items():
+                groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
+                draws += [Draw(s, tuple(g), messages, wave) for g in groups]
+        else:  # one task per sampler, sharing the run's limit on requests in flight (LangGraph's caps tasks)
+            limit = config.get("max_concurrency") or self.max_concurrency
+            for k, (s, indices) in enumerate(by_sampler.items()):
+                share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
+                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share))
+        return [Send("generate", draw) for draw in draws]
+
+    async def aroute(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
+        """Async `route`: whether adaptive sampling is satisfied is decided off the event loop, since grouping
+        equivalent answers may parse LaTeX with math-verify (up to seconds on first sight of a form)."""
+        if self.adaptive is not None and state.get("candidates"):
+            return await run_in_executor(config, self.route, state, config)
+        return self.route(state, config)
 
     def _reporter(self) -> OnDrawn:
         """Tells a parent streaming `custom` events of candidates as they land."""
@@ -207,22 +224,27 @@ class _Nodes:
 
         return report
 
-    def _singles(self, draw: Draw) -> bool:
-        """Whether `draw` is a wave's single requests, drawn in one task (`route`)."""
-        return len(draw.indices) > 1 and not self.pool[draw.sampler_index].supports_n(self.policy)
+    def _singles(self, draw: Draw) -> CandidatePolicy | None:
+        """For a wave's single requests drawn in one task (`route`), the policy with the draw's share of the
+        run's concurrency; None for any other draw."""
+        if draw.concurrency is None or len(draw.indices) == 1:
+            return None
+        if self.pool[draw.sampler_index].supports_n(self.policy):
+            return None
+        return self.policy.model_copy(update={"max_concurrency": draw.concurrency})
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         sampler, report = self.pool[draw.sampler_index], self._reporter()
-        if self._singles(draw):
-            return {"candidates": draw_singles(draw, sampler, self.wave_policy, config, report)}
+        if (policy := self._singles(draw)) is not None:
+            return {"candidates": draw_singles(draw, sampler, policy, config, report)}
         candidates = draw_candidates(draw, sampler, self.policy, config)
         report(candidates)
         return {"candidates": candidates}
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         sampler, report = self.pool[draw.sampler_index], self._reporter()
-        if self._singles(draw):
-            return {"candidates": await adraw_singles(draw, sampler, self.wave_policy, config, report)}
+        if (policy := self._singles(draw)) is not None:
+            return {"candidates": await adraw_singles(draw, sampler, policy, config, report)}
         candidates = await adraw_candidates(draw, sampler, self.policy, config)
         report(candidates)
         return {"candidates": candidates}
@@ -377,7 +399,7 @@ def build_aggregate_graph(
         max_concurrency,
         checkpointer is not False,  # False: never, even inside a parent that has one
     )
-    route = _SyncAsyncNode("route", nodes.route)
+    route = _SyncAsyncNode("route", nodes.route, nodes.aroute)
     builder = StateGraph(AggregateState)
     builder.add_node("prepare", _SyncAsyncNode("prepare", nodes.prepare))
     builder.add_node("generate", _SyncAsyncNode("generate", nodes.generate, nodes.agenerate))

@@ -24,6 +24,17 @@ def clean_text(value: Any) -> Any:
     return str(value).encode("utf-8", errors="replace").decode("utf-8")
 
 
+def _clean_json(value: Any) -> Any:
+    """`clean_text` over every string of a JSON value (an upstream's error object may carry lone surrogates)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_json(v) for v in value]
+    return value
+
+
 class Usage(BaseModel):
     """Token usage of one model request (OpenAI names)."""
 
@@ -81,6 +92,11 @@ class Candidate(BaseModel):
     @classmethod
     def _valid_utf8(cls, value: Any) -> Any:
         return clean_text(value)
+
+    @field_validator("error_body", mode="before")
+    @classmethod
+    def _valid_utf8_json(cls, value: Any) -> Any:
+        return _clean_json(value)
 
     @property
     def ok(self) -> bool:

@@ -5,14 +5,17 @@ The real openai client against real test servers on 127.0.0.1."""
 from __future__ import annotations
 
 import socket
+import tarfile
 import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import AggregateGraphError, QuorumError, wrap_openai
+from aggregate_graph.errors import error_kind, is_transient
 from aggregate_graph.openai_compat.errors import QuorumAPIError, upstream_error
 from aggregate_graph.sample_set import Candidate, SampleSet
 from aggregate_graph.sampling import CandidatePolicy
@@ -156,3 +159,26 @@ def test_a_stream_is_handed_over_once_the_quorum_is_in_and_then_streams_the_rest
     candidates = [c for c in chunks if getattr(c, "candidate", None) is not None]
     assert len(candidates) == 3 and handed_over >= 0.3  # not before two candidates had succeeded
     assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def _status_error(status: int) -> openai.APIStatusError:
+    request = httpx.Request("POST", "http://upstream.test/v1/chat/completions")
+    return openai.RateLimitError("slow down", response=httpx.Response(status, request=request), body=None)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "transient"),
+    [
+        (_status_error(429), "status", True),
+        (openai.APITimeoutError(httpx.Request("POST", "http://x")), "timeout", True),
+        (TimeoutError("the graph's bound"), "timeout", True),
+        (httpx.ReadTimeout("slow"), "timeout", True),
+        (openai.APIConnectionError(request=httpx.Request("POST", "http://x")), "connection", True),
+        (httpx.ConnectError("refused"), "connection", True),
+        (ConnectionResetError("reset"), "connection", True),
+        (tarfile.ReadError("a tar file, not a network"), "other", False),
+        (ValueError("a bug"), "other", False),
+    ],
+)
+def test_each_failure_is_recorded_with_its_kind(exc: BaseException, kind: str, transient: bool) -> None:
+    assert error_kind(exc) == kind and is_transient(exc) is transient

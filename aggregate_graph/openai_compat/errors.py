@@ -34,6 +34,7 @@ from aggregate_graph.sample_set import Candidate, SampleSet
 # attached to an openai exception is one of its own.
 http: Any = getattr(_openai_exceptions, "httpx2", None) or httpx
 
+
 class QuorumAPIError(QuorumError, openai.APIError):
     """Too few candidates succeeded through `wrap_openai`: a `QuorumError` that is also an `openai.APIError`.
 

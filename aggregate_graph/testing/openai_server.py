@@ -69,8 +69,8 @@ class OpenAITestServer:
     n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
         (as many servers do), "reject" answers 400 to n > 1.
     failure_rate / failure_status / failure_message / failure_code: share of requests answered with that error
-        (its `code` too); fail_first:
-        the first requests always fail. hang_rate / hang_s: share of requests that sleep hang_s before answering.
+        (its `code` too); fail_first: the first requests always fail. hang_rate / hang_s: share of requests that
+        sleep hang_s before answering.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
     `headers` records each request's headers (`authorizations` their Authorization), to check what a client sent.
     """
