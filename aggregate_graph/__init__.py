@@ -2,8 +2,8 @@
 
 Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
 
-    models.py, sampling.py      the chat model(s) a question goes to, and how candidates are drawn (n requests,
-    n_support.py                retries, deadlines, what each endpoint does with `n`)
+    models.py, samplers.py,     the chat model(s) a question goes to and their settings, and how candidates are
+    sampling.py, n_support.py   drawn (n requests, retries, deadlines, what each endpoint does with `n`)
     answers.py                  a candidate's final answer: extraction, abstentions, math equivalence
     sample_set.py               the one data type: question, candidates, aggregation
     aggregators/                SampleSet → Aggregation: votes (majority, weighted, tool calls, structured,
@@ -50,7 +50,7 @@ from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
 from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
 from aggregate_graph.registry import load_aggregator, load_trained_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
-from aggregate_graph.sampling import CandidatePolicy, Sampler
+from aggregate_graph.samplers import CandidatePolicy, Sampler
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:

@@ -27,21 +27,12 @@ from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio'
 from aggregate_graph.aggregators import AggregationError, MajorityVote, Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
 from aggregate_graph.answers import group_equivalent
-from aggregate_graph.errors import QuorumError
+from aggregate_graph.errors import QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.sampling import (
-    CandidatePolicy,
-    Draw,
-    OnDrawn,
-    Sampler,
-    adraw_candidates,
-    adraw_singles,
-    draw_candidates,
-    draw_singles,
-    is_transient,
-)
+from aggregate_graph.samplers import CandidatePolicy, Sampler
+from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER

@@ -44,7 +44,7 @@ from aggregate_graph.openai_compat.responses import (
 )
 from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
-from aggregate_graph.sampling import CandidatePolicy
+from aggregate_graph.samplers import CandidatePolicy
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
