@@ -42,7 +42,7 @@ from aggregate_graph.answers import (
 )
 from aggregate_graph.chat_model import AggregatingChatModel
 from aggregate_graph.errors import AggregateGraphError
-from aggregate_graph.graph import MSGPACK_TYPES, AdaptiveSampling, AggregateState, QuorumError, build_aggregate_graph
+from aggregate_graph.graph import MSGPACK_TYPES, AggregateState, QuorumError, build_aggregate_graph
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
 from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
@@ -50,7 +50,7 @@ from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
 from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
 from aggregate_graph.registry import load_aggregator, load_trained_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
-from aggregate_graph.samplers import CandidatePolicy, Sampler
+from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:

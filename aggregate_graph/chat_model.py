@@ -29,10 +29,10 @@ from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, model_validator
 
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
+from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.sample_set import Aggregation, SampleSet
-from aggregate_graph.samplers import CandidatePolicy, describe_model
+from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, describe_model
 
 # Keys LangChain adds to a structured-output call for tracing; they are not options of the candidate model.
 _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")

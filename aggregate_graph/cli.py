@@ -15,11 +15,11 @@ from langchain_core.messages import HumanMessage
 
 from aggregate_graph.aggregators import Aggregator
 from aggregate_graph.errors import AggregateGraphError
-from aggregate_graph.graph import MAX_CANDIDATES, AdaptiveSampling, build_aggregate_graph
+from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, SHIPPED_SSA, load_aggregator
 from aggregate_graph.sample_set import SampleSet
-from aggregate_graph.samplers import CandidatePolicy
+from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES, DEFAULT_SERVED_NAME, SMOLLM2
 
 AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key

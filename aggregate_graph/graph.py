@@ -21,17 +21,15 @@ from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
-from pydantic import BaseModel, Field
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
 from aggregate_graph.aggregators import AggregationError, MajorityVote, Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
-from aggregate_graph.answers import group_equivalent
 from aggregate_graph.errors import QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.samplers import CandidatePolicy, Sampler
+from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
@@ -47,27 +45,6 @@ MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
 DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
-
-
-class AdaptiveSampling(BaseModel):
-    """Sample in waves and stop once enough candidates agree.
-
-    The first wave draws `first_wave` candidates; while the largest group of equivalent answers holds
-    less than `agreement` of the answered candidates (or fewer than `min_agreeing` of them), another
-    `wave_size` are drawn, up to the graph's `n`.
-    """
-
-    first_wave: int = Field(default=3, ge=1)
-    wave_size: int = Field(default=2, ge=1)
-    agreement: float = Field(default=0.75, gt=0, le=1)
-    min_agreeing: int = Field(default=2, ge=1)
-
-    def satisfied(self, candidates: Sequence[Candidate]) -> bool:
-        answered = [c.answer for c in candidates if c.ok and c.answer is not None]
-        if not answered:
-            return False
-        top = max(len(cls) for cls in group_equivalent(answered))
-        return top >= self.min_agreeing and top / len(answered) >= self.agreement
 
 
 def merge_candidates(current: list[Candidate] | None, new: list[Candidate] | None) -> list[Candidate]:

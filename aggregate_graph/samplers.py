@@ -1,5 +1,5 @@
-"""What a candidate request is made with: the chat model and its prompt settings (`Sampler`), and how each
-request is made (`CandidatePolicy`). `sampling` draws the candidates with them."""
+"""What candidates are drawn with: the chat model and its prompt settings (`Sampler`), how each request is made
+(`CandidatePolicy`), and when to stop drawing (`AdaptiveSampling`). `sampling` draws the candidates with them."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from langchain_core.runnables import RunnableBinding
 from langchain_core.runnables.config import merge_configs
 from pydantic import BaseModel, Field
 
-from aggregate_graph.answers import ABSTENTIONS
+from aggregate_graph.answers import ABSTENTIONS, group_equivalent
 from aggregate_graph.n_support import endpoint, n_mode
+from aggregate_graph.sample_set import Candidate
 
 
 class CandidatePolicy(BaseModel):
@@ -117,3 +118,24 @@ class Sampler:
         if self.system_prompt is None:
             return list(messages)
         return [SystemMessage(self.system_prompt), *(m for m in messages if not isinstance(m, SystemMessage))]
+
+
+class AdaptiveSampling(BaseModel):
+    """Sample in waves and stop once enough candidates agree.
+
+    The first wave draws `first_wave` candidates; while the largest group of equivalent answers holds
+    less than `agreement` of the answered candidates (or fewer than `min_agreeing` of them), another
+    `wave_size` are drawn, up to the graph's `n`.
+    """
+
+    first_wave: int = Field(default=3, ge=1)
+    wave_size: int = Field(default=2, ge=1)
+    agreement: float = Field(default=0.75, gt=0, le=1)
+    min_agreeing: int = Field(default=2, ge=1)
+
+    def satisfied(self, candidates: Sequence[Candidate]) -> bool:
+        answered = [c.answer for c in candidates if c.ok and c.answer is not None]
+        if not answered:
+            return False
+        top = max(len(cls) for cls in group_equivalent(answered))
+        return top >= self.min_agreeing and top / len(answered) >= self.agreement
