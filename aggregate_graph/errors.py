@@ -75,10 +75,8 @@ def error_body(exc: BaseException) -> dict[str, Any] | None:
 
 def is_transient(exc: BaseException) -> bool:
     """Errors worth retrying: rate limits, server errors, timeouts and dropped connections."""
-    if error_kind(exc) in ("timeout", "connection"):
-        return True
-    status = getattr(exc, "status_code", None)
-    return isinstance(status, int) and status in TRANSIENT_STATUS
+    kind = error_kind(exc)
+    return kind in ("timeout", "connection") or (kind == "status" and exc.status_code in TRANSIENT_STATUS)
 
 
 def describe(exc: BaseException) -> str:

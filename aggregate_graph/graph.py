@@ -163,7 +163,8 @@ class _Nodes:
             limit = config.get("max_concurrency") or self.max_concurrency
             for k, (s, indices) in enumerate(by_sampler.items()):
                 share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
-                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share))
+                singles = not self.pool[s].supports_n(self.policy)  # else: one request with `n`
+                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share if singles else None))
         return [Send("generate", draw) for draw in draws]
 
     async def aroute(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
@@ -192,18 +193,16 @@ class _Nodes:
 
         return report
 
-    def _singles(self, draw: Draw) -> CandidatePolicy | None:
-        """For a wave's single requests drawn in one task (`route`), the policy with the draw's share of the
-        run's concurrency; None for any other draw."""
+    def _wave_policy(self, draw: Draw) -> CandidatePolicy | None:
+        """For a wave's single requests drawn in one task (`route` gave the draw a share of the run's
+        concurrency), the policy with that share; None for any other draw."""
         if draw.concurrency is None or len(draw.indices) == 1:
-            return None
-        if self.pool[draw.sampler_index].supports_n(self.policy):
             return None
         return self.policy.model_copy(update={"max_concurrency": draw.concurrency})
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         sampler, report = self.pool[draw.sampler_index], self._reporter()
-        if (policy := self._singles(draw)) is not None:
+        if (policy := self._wave_policy(draw)) is not None:
             return {"candidates": draw_singles(draw, sampler, policy, config, report)}
         candidates = draw_candidates(draw, sampler, self.policy, config)
         report(candidates)
@@ -211,7 +210,7 @@ class _Nodes:
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         sampler, report = self.pool[draw.sampler_index], self._reporter()
-        if (policy := self._singles(draw)) is not None:
+        if (policy := self._wave_policy(draw)) is not None:
             return {"candidates": await adraw_singles(draw, sampler, policy, config, report)}
         candidates = await adraw_candidates(draw, sampler, self.policy, config)
         report(candidates)

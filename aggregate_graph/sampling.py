@@ -77,7 +77,7 @@ class Draw:
     indices: tuple[int, ...]
     messages: tuple[BaseMessage, ...]
     wave: int = 0
-    concurrency: int | None = None  # for a wave's single requests drawn in one task: its share of the run's limit
+    concurrency: int | None = None  # set by `route` on a wave's single requests drawn in one task: its share
 
 
 def _candidates(
