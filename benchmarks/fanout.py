@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import NamedTuple
 
 import httpx
 from langchain_core.messages import HumanMessage
@@ -62,9 +63,15 @@ async def _raw(client: AsyncOpenAI, n: int) -> None:
     )
 
 
-async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, float]:
-    """Median wall time of each run; runs alternate so drift in machine load hits them alike."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
+class Timing(NamedTuple):
+    wall: float  # median seconds
+    cpu: float  # median seconds of this process's CPU: the client's own work, apart from the server's latency
+
+
+async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, Timing]:
+    """Median wall and client CPU time of each run; runs alternate so drift in machine load hits them alike."""
+    wall: dict[str, list[float]] = {name: [] for name in runs}
+    cpu: dict[str, list[float]] = {name: [] for name in runs}
     for run in runs.values():
         await run()  # warm-up: connections, imports, caches
     # Move everything alive after warm-up out of the collector's reach, as long-running services do: otherwise
@@ -72,18 +79,20 @@ async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]])
     gc.freeze()
     for _ in range(REPEATS):
         for name, run in runs.items():
-            started = time.perf_counter()
+            started, started_cpu = time.perf_counter(), time.process_time()
             await run()
-            times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(t) for name, t in times.items()}
+            wall[name].append(time.perf_counter() - started)
+            cpu[name].append(time.process_time() - started_cpu)
+    return {name: Timing(statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
 
 
 async def fanout_rows(
     base_url: str, policy: CandidatePolicy | None, situation: str, targets: dict[int, str]
 ) -> list[tuple[str, str, str]]:
     """The graph ÷ gather of the same ChatOpenAI calls (`targets`' aim) and ÷ gather of bare openai calls, and a
-    wrapped client ÷ gather of bare openai calls (the same aim), for each N in `targets`. The warm-up run of each
-    side is its first call (a server's handling of `n` is learned there)."""
+    wrapped client ÷ gather of bare openai calls (the same aim), for each N in `targets`: wall time, then the
+    client's CPU time. The warm-up run of each side is its first call (a server's handling of `n` is learned
+    there)."""
     rows = []
     client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
     model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
@@ -105,7 +114,8 @@ async def fanout_rows(
             ("graph", "openai", "graph ÷ gather of bare openai calls", "(ChatOpenAI's own cost included)"),
             ("wrapped", "openai", "wrap_openai call ÷ gather of bare openai calls", target),
         ):
-            ratio = f"{t[side] * 1000:.0f} ms ÷ {t[over] * 1000:.0f} ms = {t[side] / t[over]:.3f}"
+            a, b = t[side], t[over]
+            ratio = f"{a.wall * 1000:.0f} ms ÷ {b.wall * 1000:.0f} ms = {a.wall / b.wall:.3f}; CPU {a.cpu / b.cpu:.3f}"
             rows.append((f"{what}, {label}", ratio, aim))
     return rows
 
@@ -219,7 +229,7 @@ def main() -> int:
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'value':<36}  target")
     for name, value, target in rows:
-        print(f"{name:<{width}}  {value:<36}  {target}")
+        print(f"{name:<{width}}  {value:<44}  {target}")
     return 0
 
 
