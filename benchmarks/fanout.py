@@ -6,6 +6,8 @@
    call: the graph over `ChatOpenAI` ÷ the same `ChatOpenAI` calls (the graph's own overhead) and ÷ bare
    `openai`-client calls (ChatOpenAI's own cost included); a `wrap_openai` client's call ÷ bare `openai`-client
    calls. Against a server that ignores `n` (with `use_n=False`) and one that refuses it (default policy).
+   Each figure is the median of 25 rounds' paired ratios, with their interquartile range, then the median
+   ratio of the client process's CPU time.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
@@ -36,7 +38,7 @@ from aggregate_graph.pools import load_qwen_math
 from aggregate_graph.sample_set import Candidate
 
 LATENCY_S = 0.1
-REPEATS = 15
+REPEATS = 25
 QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
 
 
@@ -53,6 +55,26 @@ def server_process(*args: str) -> Iterator[str]:
         proc.wait(10)
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) ticks of all CPUs since boot, from Linux's /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+
+
+def steal_row(before: tuple[int, int] | None) -> list[tuple[str, str, str]]:
+    """The share of CPU time the hypervisor gave other guests while the fan-out rows ran: on a shared VM, a
+    run with more than a few percent stolen swings too much for its ratios to mean much."""
+    after = cpu_ticks()
+    if before is None or after is None or after[1] == before[1]:
+        return []
+    share = (after[0] - before[0]) / (after[1] - before[1])
+    return [("CPU time stolen by other guests during the fan-out rows", f"{share:.1%}", "a few % at most")]
+
+
 def stats(base_url: str) -> dict[str, int]:
     return httpx.get(base_url.removesuffix("/v1") + "/test/stats").json()
 
@@ -63,15 +85,18 @@ async def _raw(client: AsyncOpenAI, n: int) -> None:
     )
 
 
-class Timing(NamedTuple):
-    wall: float  # median seconds
-    cpu: float  # median seconds of this process's CPU: the client's own work, apart from the server's latency
+class Timings(NamedTuple):
+    """Each round's seconds of one side: wall time, and this process's CPU time (the client's own work, apart
+    from the server's latency)."""
+
+    wall: list[float]
+    cpu: list[float]
 
 
-async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, Timing]:
-    """Median wall and client CPU time of each run; runs alternate so drift in machine load hits them alike."""
-    wall: dict[str, list[float]] = {name: [] for name in runs}
-    cpu: dict[str, list[float]] = {name: [] for name in runs}
+async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, Timings]:
+    """Each side's timings over REPEATS rounds; the sides alternate within a round, so drift in machine load hits
+    them alike and each round's ratios compare runs made within a second or two of each other."""
+    timings = {name: Timings([], []) for name in runs}
     for run in runs.values():
         await run()  # warm-up: connections, imports, caches
     # Move everything alive after warm-up out of the collector's reach, as long-running services do: otherwise
@@ -81,18 +106,27 @@ async def _interleaved_medians(runs: dict[str, Callable[[], Awaitable[object]]])
         for name, run in runs.items():
             started, started_cpu = time.perf_counter(), time.process_time()
             await run()
-            wall[name].append(time.perf_counter() - started)
-            cpu[name].append(time.process_time() - started_cpu)
-    return {name: Timing(statistics.median(wall[name]), statistics.median(cpu[name])) for name in runs}
+            timings[name].wall.append(time.perf_counter() - started)
+            timings[name].cpu.append(time.process_time() - started_cpu)
+    return timings
+
+
+def _ratio(side: Timings, over: Timings) -> str:
+    """The median of the rounds' wall-time ratios with their interquartile range, then the CPU-time ratio's
+    median: on a shared 2-core machine single runs swing by ±10 %, paired ratios far less."""
+    walls = sorted(a / b for a, b in zip(side.wall, over.wall, strict=True))
+    low, median, high = statistics.quantiles(walls, n=4)
+    cpu = statistics.median(a / b for a, b in zip(side.cpu, over.cpu, strict=True))
+    ms = f"{statistics.median(side.wall) * 1000:.0f} ms ÷ {statistics.median(over.wall) * 1000:.0f} ms"
+    return f"{ms}: {median:.3f} ({low:.2f}–{high:.2f}); CPU {cpu:.3f}"
 
 
 async def fanout_rows(
     base_url: str, policy: CandidatePolicy | None, situation: str, targets: dict[int, str]
 ) -> list[tuple[str, str, str]]:
     """The graph ÷ gather of the same ChatOpenAI calls (`targets`' aim) and ÷ gather of bare openai calls, and a
-    wrapped client ÷ gather of bare openai calls (the same aim), for each N in `targets`: wall time, then the
-    client's CPU time. The warm-up run of each side is its first call (a server's handling of `n` is learned
-    there)."""
+    wrapped client ÷ gather of bare openai calls (the same aim), for each N in `targets` (`_ratio`). The warm-up
+    run of each side is its first call (a server's handling of `n` is learned there)."""
     rows = []
     client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
     model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
@@ -100,7 +134,7 @@ async def fanout_rows(
     for n, target in targets.items():
         graph = build_aggregate_graph(model, n=n, policy=policy)
         wrapped = wrap_openai(AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0), n=n, policy=policy)
-        t = await _interleaved_medians(
+        t = await _interleaved(
             {
                 "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
                 "wrapped": lambda wrapped=wrapped: wrapped.chat.completions.create(model="m", messages=messages),
@@ -114,9 +148,7 @@ async def fanout_rows(
             ("graph", "openai", "graph ÷ gather of bare openai calls", "(ChatOpenAI's own cost included)"),
             ("wrapped", "openai", "wrap_openai call ÷ gather of bare openai calls", target),
         ):
-            a, b = t[side], t[over]
-            ratio = f"{a.wall * 1000:.0f} ms ÷ {b.wall * 1000:.0f} ms = {a.wall / b.wall:.3f}; CPU {a.cpu / b.cpu:.3f}"
-            rows.append((f"{what}, {label}", ratio, aim))
+            rows.append((f"{what}, {label}", _ratio(t[side], t[over]), aim))
     return rows
 
 
@@ -216,6 +248,7 @@ def vote_rows() -> list[tuple[str, str, str]]:
 
 
 def main() -> int:
+    ticks = cpu_ticks()
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
         single = CandidatePolicy(use_n=False)
         rows = asyncio.run(fanout_rows(base_url, single, "use_n=False", {8: "≤ 1.05", 64: "≤ 1.10"}))
@@ -225,11 +258,12 @@ def main() -> int:
         n_requests = stats(base_url)["n_requests"]
     probes = "2: one per endpoint (ChatOpenAI's and the wrapped client's)"
     rows.append(("requests with n > 1 sent to that server (probes)", str(n_requests), probes))
+    rows += steal_row(ticks)
     rows += billing_rows() + vote_rows()
     width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  {'value':<36}  target")
+    print(f"{'measure':<{width}}  {'value':<50}  target")
     for name, value, target in rows:
-        print(f"{name:<{width}}  {value:<44}  {target}")
+        print(f"{name:<{width}}  {value:<50}  {target}")
     return 0
 
 
