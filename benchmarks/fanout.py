@@ -39,6 +39,7 @@ from aggregate_graph.sample_set import Candidate
 
 LATENCY_S = 0.1
 REPEATS = 25
+SETTLE_S = 0.15
 QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
 
 
@@ -104,6 +105,10 @@ async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict
     gc.freeze()
     for _ in range(REPEATS):
         for name, run in runs.items():
+            # Start each run with the server idle and the connections rested: reusing a connection within
+            # ~50 ms of its last response costs ~35 ms here (the test server's tail), a cost that would fall
+            # on whichever side happens to follow another on the same connections.
+            await asyncio.sleep(SETTLE_S)
             started, started_cpu = time.perf_counter(), time.process_time()
             await run()
             timings[name].wall.append(time.perf_counter() - started)
