@@ -6,8 +6,8 @@
    call: the graph over `ChatOpenAI` ÷ the same `ChatOpenAI` calls (the graph's own overhead) and ÷ bare
    `openai`-client calls (ChatOpenAI's own cost included); a `wrap_openai` client's call ÷ bare `openai`-client
    calls. Against a server that ignores `n` (with `use_n=False`) and one that refuses it (default policy).
-   Each figure is the median of 25 rounds' paired ratios, with their interquartile range, then the median
-   ratio of the client process's CPU time.
+   Each row gives the two sides' median wall times, the median of 25 rounds' paired ratios with their
+   interquartile range, then the median ratio of the client process's CPU time.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
@@ -63,7 +63,7 @@ def cpu_ticks() -> tuple[int, int] | None:
             fields = [int(v) for v in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    return (fields[7] if len(fields) > 7 else 0), sum(fields)
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])  # guest time is already inside user time
 
 
 def steal_row(before: tuple[int, int] | None) -> list[tuple[str, str, str]]:
@@ -119,11 +119,11 @@ async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict
 def _ratio(side: Timings, over: Timings) -> str:
     """The median of the rounds' wall-time ratios with their interquartile range, then the CPU-time ratio's
     median: on a shared 2-core machine single runs swing by ±10 %, paired ratios far less."""
-    walls = sorted(a / b for a, b in zip(side.wall, over.wall, strict=True))
+    walls = [a / b for a, b in zip(side.wall, over.wall, strict=True)]
     low, median, high = statistics.quantiles(walls, n=4)
     cpu = statistics.median(a / b for a, b in zip(side.cpu, over.cpu, strict=True))
-    ms = f"{statistics.median(side.wall) * 1000:.0f} ms ÷ {statistics.median(over.wall) * 1000:.0f} ms"
-    return f"{ms}: {median:.3f} ({low:.2f}–{high:.2f}); CPU {cpu:.3f}"
+    ms = f"{statistics.median(side.wall) * 1000:.0f}/{statistics.median(over.wall) * 1000:.0f} ms"
+    return f"{ms}; paired {median:.3f} ({low:.2f}–{high:.2f}); CPU {cpu:.3f}"
 
 
 async def fanout_rows(

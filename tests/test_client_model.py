@@ -4,6 +4,9 @@ The real openai client against a real test server on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +15,8 @@ from langchain_core.callbacks import BaseCallbackHandler, get_usage_metadata_cal
 from langchain_core.globals import set_llm_cache
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage
+from langchain_core.rate_limiters import InMemoryRateLimiter
+from langchain_core.tracers.context import collect_runs, tracing_v2_enabled
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
@@ -58,12 +63,13 @@ def _seen(result: Any) -> list[tuple[Any, ...]]:
 
 
 def test_an_unobserved_call_returns_what_the_full_path_returns(serve, full_path_calls) -> None:
-    model, recorder = _model(serve(["#### 42"]), is_async=False), Recorder()
-    fast = model.generate(PROMPT)
+    model, recorder, run_ids = _model(serve(["#### 42"]), is_async=False), Recorder(), [uuid.uuid4(), uuid.uuid4()]
+    fast = model.generate(PROMPT, run_id=run_ids[0])
     assert full_path_calls == []
-    full = model.generate(PROMPT, callbacks=[recorder])
+    full = model.generate(PROMPT, callbacks=[recorder], run_id=run_ids[1])
     assert full_path_calls == [1] and recorder.events == ["start", "end"]
     assert _seen(fast) == _seen(full)
+    assert [fast.run[0].run_id, full.run[0].run_id] == run_ids
     assert fast.generations[0][0].message.response_metadata["token_usage"]["completion_tokens"] == 2
 
 
@@ -94,3 +100,28 @@ def test_a_global_cache_still_answers_repeated_calls(serve, full_path_calls) -> 
         set_llm_cache(None)
     assert first.content == again.content == "#### 42"
     assert server.stats()["calls"] == 1 and full_path_calls == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("setting", "observed"),
+    [
+        (lambda model, kwargs: contextlib.nullcontext(), False),
+        (lambda model, kwargs: tracing_v2_enabled(project_name="p"), True),
+        (lambda model, kwargs: collect_runs(), True),
+        (lambda model, kwargs: setattr(model, "verbose", True), True),
+        (lambda model, kwargs: setattr(model, "rate_limiter", InMemoryRateLimiter()), True),
+        (lambda model, kwargs: setattr(model, "output_version", "v1"), True),
+        (lambda model, kwargs: setattr(model, "cache", True), True),
+        (lambda model, kwargs: kwargs.update(stream=True), True),
+        (lambda model, kwargs: kwargs.update(ls_structured_output_format={"schema": {}}), True),
+    ],
+    ids=["nothing", "tracing", "collect_runs", "verbose", "rate_limiter", "output_v1", "cache", "stream", "structured"],
+)
+def test_whatever_langchain_would_do_for_a_call_takes_the_full_path(
+    setting: Callable[[OpenAIClientChatModel, dict[str, Any]], Any], observed: bool
+) -> None:
+    model = OpenAIClientChatModel(create=lambda **_: None, model="m")
+    kwargs: dict[str, Any] = {}
+    context = setting(model, kwargs)
+    with context if isinstance(context, contextlib.AbstractContextManager) else contextlib.nullcontext():
+        assert model._unobserved(PROMPT, None, None, None, kwargs) is not observed
