@@ -124,4 +124,4 @@ def test_whatever_langchain_would_do_for_a_call_takes_the_full_path(
     kwargs: dict[str, Any] = {}
     context = setting(model, kwargs)
     with context if isinstance(context, contextlib.AbstractContextManager) else contextlib.nullcontext():
-        assert model._unobserved(PROMPT, None, None, None, kwargs) is not observed
+        assert model._unobserved(PROMPT, None, kwargs) is not observed

@@ -32,6 +32,7 @@ from langchain_core.utils.utils import LC_ID_PREFIX
 from pydantic import ConfigDict, Field
 
 CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings
+_RUN_OPTIONS = frozenset({"tags", "metadata", "run_name", "run_id"})  # generate's keywords for the run, not the API
 
 
 @dataclass(frozen=True)
@@ -161,9 +162,7 @@ class OpenAIClientChatModel(BaseChatModel):
             generations.append(ChatGeneration(message=message, generation_info={"finish_reason": choice.finish_reason}))
         return ChatResult(generations=generations, llm_output=llm_output)
 
-    def _unobserved(
-        self, messages: list[list[BaseMessage]], callbacks: Callbacks, tags: Any, metadata: Any, kwargs: dict[str, Any]
-    ) -> bool:
+    def _unobserved(self, messages: list[list[BaseMessage]], callbacks: Callbacks, kwargs: dict[str, Any]) -> bool:
         """Whether a call may skip LangChain's bookkeeping around `_generate`: no callback handler would see it
         (`configure` gathers them all: the run's, tracing from the environment or context, usage counters), and no
         cache, rate limiter, streaming or v1 output format needs it. That bookkeeping costs ~0.4 ms a call (run
@@ -175,8 +174,15 @@ class OpenAIClientChatModel(BaseChatModel):
             return False
         if self.cache is not False and (self.cache is not None or get_llm_cache() is not None):
             return False
+        tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
         listeners = CallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags, metadata)
         return not listeners.handlers
+
+    @staticmethod
+    def _request_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+        """A generate call's options without the run's own (tags, metadata, run name and id), which LangChain's
+        generate takes for its callbacks and never passes on to `_generate`."""
+        return {key: value for key, value in kwargs.items() if key not in _RUN_OPTIONS}
 
     @staticmethod
     def _llm_result(result: ChatResult, run_id: uuid.UUID | None) -> LLMResult:
@@ -193,37 +199,24 @@ class OpenAIClientChatModel(BaseChatModel):
         messages: list[list[BaseMessage]],
         stop: list[str] | None = None,
         callbacks: Callbacks = None,
-        *,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_name: str | None = None,
-        run_id: uuid.UUID | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        if self._unobserved(messages, callbacks, tags, metadata, kwargs):
-            return self._llm_result(self._generate(_normalize_messages(messages[0]), stop, **kwargs), run_id)
-        return super().generate(
-            messages, stop, callbacks, tags=tags, metadata=metadata, run_name=run_name, run_id=run_id, **kwargs
-        )
+        if not self._unobserved(messages, callbacks, kwargs):
+            return super().generate(messages, stop, callbacks, **kwargs)
+        result = self._generate(_normalize_messages(messages[0]), stop, **self._request_kwargs(kwargs))
+        return self._llm_result(result, kwargs.get("run_id"))
 
     async def agenerate(
         self,
         messages: list[list[BaseMessage]],
         stop: list[str] | None = None,
         callbacks: Callbacks = None,
-        *,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-        run_name: str | None = None,
-        run_id: uuid.UUID | None = None,
         **kwargs: Any,
     ) -> LLMResult:
-        if self._unobserved(messages, callbacks, tags, metadata, kwargs):
-            result = await self._agenerate(_normalize_messages(messages[0]), stop, **kwargs)
-            return self._llm_result(result, run_id)
-        return await super().agenerate(
-            messages, stop, callbacks, tags=tags, metadata=metadata, run_name=run_name, run_id=run_id, **kwargs
-        )
+        if not self._unobserved(messages, callbacks, kwargs):
+            return await super().agenerate(messages, stop, callbacks, **kwargs)
+        result = await self._agenerate(_normalize_messages(messages[0]), stop, **self._request_kwargs(kwargs))
+        return self._llm_result(result, kwargs.get("run_id"))
 
     def _generate(
         self,
