@@ -44,6 +44,11 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     total_tokens: int = 0
 
+    @classmethod
+    def of(cls, prompt: int, completion: int) -> Usage:
+        """A request's usage from its prompt and completion tokens."""
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.messages import BaseMessage
-from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langgraph.constants import TAG_NOSTREAM
@@ -33,7 +32,8 @@ from tenacity import (
 from aggregate_graph.answers import stated_answer
 from aggregate_graph.errors import describe, error_body, error_kind, is_transient
 from aggregate_graph.n_support import after_failed_n, learn, n_was_refused
-from aggregate_graph.sample_set import Candidate, Usage
+from aggregate_graph.replies import RepliesDirectly, Reply, reply_of
+from aggregate_graph.sample_set import Candidate
 from aggregate_graph.samplers import CandidatePolicy, Sampler
 
 T = TypeVar("T")
@@ -53,21 +53,6 @@ def remaining(policy: CandidatePolicy, started: float) -> CandidatePolicy | None
     return policy.model_copy(update={"deadline_s": left}) if left > 0 else None
 
 
-def _request_usage(result: LLMResult) -> Usage | None:
-    """Usage of the whole request: providers report it once per request even when it returns n choices."""
-    if (token_usage := (result.llm_output or {}).get("token_usage")) and isinstance(token_usage, dict):
-        prompt = int(token_usage.get("prompt_tokens") or 0)
-        completion = int(token_usage.get("completion_tokens") or 0)
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-    metas = [g.message.usage_metadata for g in result.generations[0] if isinstance(g, ChatGeneration)]
-    metas = [m for m in metas if m]
-    if not metas:
-        return None
-    prompt = max(m["input_tokens"] for m in metas)
-    completion = sum(m["output_tokens"] for m in metas)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
-
-
 @dataclass(frozen=True)
 class Draw:
     """A request for the candidates at `indices`, all from the pool's sampler at `sampler_index`: the payload of
@@ -81,26 +66,22 @@ class Draw:
 
 
 def _candidates(
-    result: LLMResult, draw: Draw, sampler: Sampler, latency: float, policy: CandidatePolicy
+    reply: Reply, draw: Draw, sampler: Sampler, latency: float, policy: CandidatePolicy
 ) -> tuple[list[Candidate], tuple[int, ...]]:
-    """Candidates for the generations returned, and the indices a server that ignores `n` left unfilled."""
-    generations = result.generations[0][: len(draw.indices)]
-    usage, request_id = _request_usage(result), uuid.uuid4().hex
+    """Candidates for the samples returned, and the indices a server that ignores `n` left unfilled."""
+    choices, request_id = reply.choices[: len(draw.indices)], uuid.uuid4().hex
     out = []
-    for index, generation in zip(draw.indices, generations, strict=False):
-        message = generation.message if isinstance(generation, ChatGeneration) else None
-        text = str(message.text) if message is not None else generation.text
-        meta = {**(message.response_metadata if message is not None else {}), **(generation.generation_info or {})}
+    for index, choice in zip(draw.indices, choices, strict=False):
         candidate = Candidate(
             index=index,
-            text=text,
-            tool_calls=[dict(call) for call in getattr(message, "tool_calls", None) or []],
-            model=str(meta.get("model_name") or sampler.model_name),
+            text=choice.text,
+            tool_calls=choice.tool_calls,
+            model=str(choice.model or sampler.model_name),
             params=sampler.params,
-            usage=usage,
+            usage=reply.usage,
             request_id=request_id,
             latency_s=latency,
-            finish_reason=meta.get("finish_reason"),
+            finish_reason=choice.finish_reason,
             wave=draw.wave,
         )
         # A solution cut off by the token limit has stated no answer; its last number is not one. An abstention
@@ -110,7 +91,7 @@ def _candidates(
             candidate.text, last_number=not cut_off, abstentions=policy.abstentions
         )
         out.append(candidate)
-    return out, draw.indices[len(generations) :]
+    return out, draw.indices[len(choices) :]
 
 
 def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
@@ -131,21 +112,37 @@ def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) ->
     ]
 
 
-def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dict[str, Any]:
-    # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens;
-    # stream=False: LangChain would otherwise stream whenever a streaming callback is attached, which costs
-    # more per call and yields one choice, not k.
-    kwargs: dict[str, Any] = {**sampler.bound, "callbacks": (config or {}).get("callbacks"), "stream": False}
-    kwargs["tags"] = [*(sampler.config.get("tags") or []), TAG_NOSTREAM]
-    if metadata := sampler.config.get("metadata"):
-        kwargs["metadata"] = metadata
-    if run_name := sampler.config.get("run_name"):
-        kwargs["run_name"] = run_name
+def _request_kwargs(sampler: Sampler, k: int) -> dict[str, Any]:
+    """What a candidate request sends besides the messages: the bound options, `n`, the temperature."""
+    kwargs: dict[str, Any] = {**sampler.bound}
     if k > 1:
         kwargs["n"] = k
     if sampler.temperature is not None:
         kwargs["temperature"] = sampler.temperature
     return kwargs
+
+
+def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dict[str, Any]:
+    """LangChain generate's keywords for a candidate request: the request's own, and the run's callbacks, tags,
+    metadata and name."""
+    # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens;
+    # stream=False: LangChain would otherwise stream whenever a streaming callback is attached, which costs
+    # more per call and yields one choice, not k.
+    kwargs = {**_request_kwargs(sampler, k), "callbacks": (config or {}).get("callbacks"), "stream": False}
+    kwargs["tags"] = [*(sampler.config.get("tags") or []), TAG_NOSTREAM]
+    if metadata := sampler.config.get("metadata"):
+        kwargs["metadata"] = metadata
+    if run_name := sampler.config.get("run_name"):
+        kwargs["run_name"] = run_name
+    return kwargs
+
+
+def replies_directly(sampler: Sampler, config: RunnableConfig | None) -> bool:
+    """Whether the draw's requests may skip LangChain's path (`RepliesDirectly`): decided once a draw."""
+    if not isinstance(sampler.model, RepliesDirectly):
+        return False
+    kwargs = _call_kwargs(sampler, 1, config)
+    return not sampler.model.observed(kwargs.pop("callbacks"), kwargs)
 
 
 def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
@@ -191,23 +188,42 @@ def _one_attempt(policy: CandidatePolicy, k: int) -> bool:
 
 
 def _request(
-    sampler: Sampler, messages: list[BaseMessage], k: int, policy: CandidatePolicy, config: RunnableConfig | None
-) -> LLMResult:
-    def attempt() -> LLMResult:
-        call_kwargs = _call_kwargs(sampler, k, config)
-        return _with_timeout(lambda: sampler.model.generate([messages], **call_kwargs), policy.timeout_s)
+    sampler: Sampler,
+    messages: list[BaseMessage],
+    k: int,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None,
+    direct: bool,
+) -> Reply:
+    def call() -> Reply:
+        if direct:
+            return sampler.model.reply(messages, **_request_kwargs(sampler, k))  # type: ignore[attr-defined]
+        return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
+
+    def attempt() -> Reply:
+        return _with_timeout(call, policy.timeout_s)
 
     return attempt() if _one_attempt(policy, k) else _retrying(policy, Retrying)(attempt)
 
 
 async def _arequest(
-    sampler: Sampler, messages: list[BaseMessage], k: int, policy: CandidatePolicy, config: RunnableConfig | None
-) -> LLMResult:
-    async def attempt() -> LLMResult:
+    sampler: Sampler,
+    messages: list[BaseMessage],
+    k: int,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None,
+    direct: bool,
+) -> Reply:
+    async def call() -> Reply:
+        if direct:
+            return await sampler.model.areply(messages, **_request_kwargs(sampler, k))  # type: ignore[attr-defined]
+        return reply_of(await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config)))
+
+    async def attempt() -> Reply:
         timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
         try:
             async with timeout:
-                return await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config))
+                return await call()
         except TimeoutError:
             if not timeout.expired():  # the model's own
                 raise
@@ -217,30 +233,37 @@ async def _arequest(
 
 
 def draw_candidates(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None = None,
+    *,
+    direct: bool | None = None,
 ) -> list[Candidate]:
     """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it.
 
     One sample gets the policy's attempts. Several in one `n` request get one attempt — the request is
     all-or-nothing — and, when it fails, the samples are asked for one by one (`after_failed_n`) within the same
-    deadline; what the endpoint did with `n` is remembered (`n_support`)."""
+    deadline; what the endpoint did with `n` is remembered (`n_support`). `direct`: whether the requests skip
+    LangChain's path (`replies_directly`, decided here when None)."""
+    direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
     if k > 1 and not sampler.supports_n(policy):
-        return draw_singles(draw, sampler, policy, config)
+        return draw_singles(draw, sampler, policy, config, direct=direct)
     started = time.perf_counter()
     try:
-        result = _request(sampler, messages, k, policy, config)
+        reply = _request(sampler, messages, k, policy, config, direct)
     except Exception as exc:
         if k > 1:
-            return _after_failed_n_sync(draw, sampler, policy, config, exc, started)
+            return _after_failed_n_sync(draw, sampler, policy, config, exc, started, direct)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started, policy)
+    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
     if k > 1:
         learn(sampler.endpoint, "ignored" if missing else "honoured")
     if missing:  # a server that ignored `n`: the rest one by one, within the deadline
         if (left := remaining(policy, started)) is None:
             return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += draw_singles(_subdraw(draw, missing), sampler, left, config)
+        done += draw_singles(_subdraw(draw, missing), sampler, left, config, direct=direct)
     return done
 
 
@@ -282,15 +305,21 @@ def _after_probe(
 
 
 def _after_failed_n_sync(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None,
+    exc: Exception,
+    started: float,
+    direct: bool,
 ) -> list[Candidate]:
     step = _first_step(draw, sampler, policy, exc, started)
     if step.probe:
-        probe = draw_candidates(step.singles, sampler, step.policy, config)
+        probe = draw_candidates(step.singles, sampler, step.policy, config, direct=direct)
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:
         return step.done
-    return step.done + draw_singles(step.singles, sampler, step.policy, config)
+    return step.done + draw_singles(step.singles, sampler, step.policy, config, direct=direct)
 
 
 def draw_singles(
@@ -299,12 +328,15 @@ def draw_singles(
     policy: CandidatePolicy,
     config: RunnableConfig | None = None,
     on_drawn: OnDrawn | None = None,
+    *,
+    direct: bool | None = None,
 ) -> list[Candidate]:
     """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
     `on_drawn` is called with each one's record as it lands."""
+    direct = replies_directly(sampler, config) if direct is None else direct
 
     def one(single: Draw) -> list[Candidate]:
-        drawn = draw_candidates(single, sampler, policy, config)
+        drawn = draw_candidates(single, sampler, policy, config, direct=direct)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn
@@ -316,39 +348,51 @@ def draw_singles(
 
 
 async def adraw_candidates(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None = None
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None = None,
+    *,
+    direct: bool | None = None,
 ) -> list[Candidate]:
     """Async `draw_candidates`."""
+    direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
     if k > 1 and not sampler.supports_n(policy):
-        return await adraw_singles(draw, sampler, policy, config)
+        return await adraw_singles(draw, sampler, policy, config, direct=direct)
     started = time.perf_counter()
     try:
-        result = await _arequest(sampler, messages, k, policy, config)
+        reply = await _arequest(sampler, messages, k, policy, config, direct)
     except Exception as exc:
         if k > 1:
-            return await _after_failed_n_async(draw, sampler, policy, config, exc, started)
+            return await _after_failed_n_async(draw, sampler, policy, config, exc, started, direct)
         return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(result, draw, sampler, time.perf_counter() - started, policy)
+    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
     if k > 1:
         learn(sampler.endpoint, "ignored" if missing else "honoured")
     if missing:
         if (left := remaining(policy, started)) is None:
             return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += await adraw_singles(_subdraw(draw, missing), sampler, left, config)
+        done += await adraw_singles(_subdraw(draw, missing), sampler, left, config, direct=direct)
     return done
 
 
 async def _after_failed_n_async(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, config: RunnableConfig | None, exc: Exception, started: float
+    draw: Draw,
+    sampler: Sampler,
+    policy: CandidatePolicy,
+    config: RunnableConfig | None,
+    exc: Exception,
+    started: float,
+    direct: bool,
 ) -> list[Candidate]:
     step = _first_step(draw, sampler, policy, exc, started)
     if step.probe:
-        probe = await adraw_candidates(step.singles, sampler, step.policy, config)
+        probe = await adraw_candidates(step.singles, sampler, step.policy, config, direct=direct)
         step = _after_probe(draw, sampler, policy, exc, started, probe)
     if step.singles is None:
         return step.done
-    return step.done + await adraw_singles(step.singles, sampler, step.policy, config)
+    return step.done + await adraw_singles(step.singles, sampler, step.policy, config, direct=direct)
 
 
 async def adraw_singles(
@@ -357,13 +401,16 @@ async def adraw_singles(
     policy: CandidatePolicy,
     config: RunnableConfig | None = None,
     on_drawn: OnDrawn | None = None,
+    *,
+    direct: bool | None = None,
 ) -> list[Candidate]:
     """Async `draw_singles`."""
+    direct = replies_directly(sampler, config) if direct is None else direct
     gate = asyncio.Semaphore(policy.max_concurrency)
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
-            drawn = await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config)
+            drawn = await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config, direct=direct)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn

@@ -1,11 +1,11 @@
-"""The chat model over an openai client: a call no callback handler observes skips LangChain's per-call
-bookkeeping and returns what the full path returns; a handler, a usage counter or a cache still get theirs.
-The real openai client against a real test server on 127.0.0.1."""
+"""The chat model over an openai client: a candidate request nothing observes is answered straight from the
+client's response (`RepliesDirectly`) and gives the candidates the full LangChain path gives; a callback handler,
+a usage counter, a cache or any other setting LangChain acts on sends every candidate request down LangChain's
+path. The real openai client against a real test server on 127.0.0.1, drawn through the real graph."""
 
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,9 +19,15 @@ from langchain_core.rate_limiters import InMemoryRateLimiter
 from langchain_core.tracers.context import collect_runs, tracing_v2_enabled
 from openai import AsyncOpenAI, OpenAI
 
+from aggregate_graph import CandidatePolicy, build_aggregate_graph
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
+from aggregate_graph.replies import reply_of
+from aggregate_graph.samplers import Sampler
+from aggregate_graph.sampling import Draw, adraw_candidates, draw_candidates, replies_directly
+from aggregate_graph.testing.openai_server import tool_calls_reply
 
-PROMPT = [[HumanMessage("What is 6 times 7?")]]
+PROMPT = [HumanMessage("What is 6 times 7?")]
+SINGLES = CandidatePolicy(use_n=False)
 
 
 class Recorder(BaseCallbackHandler):
@@ -55,50 +61,79 @@ def _model(server: Any, is_async: bool) -> OpenAIClientChatModel:
     return OpenAIClientChatModel(create=client.chat.completions.create, is_async=is_async, model="m")
 
 
-def _seen(result: Any) -> list[tuple[Any, ...]]:
-    return [
-        (g.text, g.message.response_metadata, g.message.usage_metadata, g.message.tool_calls, g.generation_info)
-        for g in result.generations[0]
-    ] + [result.llm_output]
+def _seen(candidates: list[Any]) -> list[dict[str, Any]]:
+    """What a candidate says, without what differs from one request to the next."""
+    return [c.model_dump(exclude={"request_id", "latency_s"}) for c in candidates]
 
 
-def test_an_unobserved_call_returns_what_the_full_path_returns(serve, full_path_calls) -> None:
-    model, recorder, run_ids = _model(serve(["#### 42"]), is_async=False), Recorder(), [uuid.uuid4(), uuid.uuid4()]
-    fast = model.generate(PROMPT, run_id=run_ids[0])
+def _without_call_ids(reply: Any) -> Any:
+    """A reply without its tool calls' ids, which the server makes up for each sample."""
+    choices = [c._replace(tool_calls=[{**t, "id": None} for t in c.tool_calls]) for c in reply.choices]
+    return reply._replace(choices=choices)
+
+
+def test_a_direct_reply_is_what_the_full_path_gives(serve) -> None:
+    calls = tool_calls_reply(("multiply", {"a": 6, "b": 7}), ("add", "{not json"), content="Let me see.")
+    model = _model(serve([calls], n_mode="honour"), is_async=False)
+    for n in (1, 2):
+        direct, full = model.reply(PROMPT, n=n), reply_of(model.generate([PROMPT], n=n))
+        assert _without_call_ids(direct) == _without_call_ids(full) and len(direct.choices) == n
+    choice = direct.choices[1]
+    assert (choice.text, choice.finish_reason, choice.model) == ("Let me see.", "tool_calls", "m")
+    assert [t["args"] for t in choice.tool_calls] == [{"a": 6, "b": 7}]  # the invalid call is left out on both
+    assert direct.usage is not None and direct.usage.completion_tokens > 0
+
+
+async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serve, full_path_calls) -> None:
+    model = _model(serve(["The answer is unknown."]), is_async=True)
+    sampler, draw, recorder = Sampler(model), Draw(0, (0, 1, 2), tuple(PROMPT)), Recorder()
+    assert replies_directly(sampler, None) is True
+    direct = await adraw_candidates(draw, sampler, SINGLES)
     assert full_path_calls == []
-    full = model.generate(PROMPT, callbacks=[recorder], run_id=run_ids[1])
-    assert full_path_calls == [1] and recorder.events == ["start", "end"]
-    assert _seen(fast) == _seen(full)
-    assert [fast.run[0].run_id, full.run[0].run_id] == run_ids
-    assert fast.generations[0][0].message.response_metadata["token_usage"]["completion_tokens"] == 2
+    full = await adraw_candidates(draw, sampler, SINGLES, {"callbacks": [recorder]})
+    assert full_path_calls == [1, 1, 1] and sorted(recorder.events) == ["end"] * 3 + ["start"] * 3
+    assert _seen(direct) == _seen(full) and [c.abstention for c in direct] == ["unknown"] * 3
 
 
-async def test_async_calls_take_the_same_paths(serve, full_path_calls) -> None:
-    model, recorder = _model(serve(["#### 42"]), is_async=True), Recorder()
-    fast = await model.agenerate(PROMPT, n=2)
+def test_sync_candidates_take_the_same_paths(serve, full_path_calls) -> None:
+    model, recorder = _model(serve(["#### 42"]), is_async=False), Recorder()
+    sampler, draw = Sampler(model), Draw(0, (0, 1), tuple(PROMPT))
+    direct = draw_candidates(draw, sampler, SINGLES)
     assert full_path_calls == []
-    full = await model.agenerate(PROMPT, callbacks=[recorder], n=2)
-    assert full_path_calls == [1] and recorder.events == ["start", "end"]
-    assert _seen(fast) == _seen(full) and len(fast.generations[0]) == 2
+    full = draw_candidates(draw, sampler, SINGLES, {"callbacks": [recorder]})
+    assert full_path_calls == [1, 1] and recorder.events.count("start") == 2
+    assert _seen(direct) == _seen(full)
 
 
-async def test_a_usage_counter_in_context_still_counts(serve, full_path_calls) -> None:
-    model = _model(serve(["#### 42"]), is_async=True)
+async def test_a_graph_run_with_a_handler_shows_it_every_candidate_request(serve, full_path_calls) -> None:
+    graph = build_aggregate_graph(_model(serve(["#### 42"], n_mode="reject"), is_async=True), n=4)
+    recorder = Recorder()
+    out = await graph.ainvoke({"messages": PROMPT}, {"callbacks": [recorder]})
+    # the refused n request, then its probe and the 3 single requests it was tested by
+    assert recorder.events.count("start") == 5 and len(full_path_calls) == 5
+    assert out["sample_set"].aggregation.answer == "42"
+    full_path_calls.clear()
+    out = await graph.ainvoke({"messages": PROMPT})
+    assert full_path_calls == [] and out["sample_set"].aggregation.answer == "42"
+
+
+async def test_a_usage_counter_in_context_still_counts_every_candidate(serve, full_path_calls) -> None:
+    graph = build_aggregate_graph(_model(serve(["#### 42"]), is_async=True), n=3, policy=SINGLES)
     with get_usage_metadata_callback() as usage:
-        await model.ainvoke("What is 6 times 7?")
-    assert full_path_calls == [1]
-    assert usage.usage_metadata["m"]["output_tokens"] == 2
+        await graph.ainvoke({"messages": PROMPT})
+    assert len(full_path_calls) == 3
+    assert usage.usage_metadata["m"]["output_tokens"] == 6
 
 
-def test_a_global_cache_still_answers_repeated_calls(serve, full_path_calls) -> None:
+def test_a_global_cache_still_answers_repeated_candidate_requests(serve, full_path_calls) -> None:
     server = serve(["#### 42"])
-    model = _model(server, is_async=False)
+    sampler, draw = Sampler(_model(server, is_async=False)), Draw(0, (0,), tuple(PROMPT))
     set_llm_cache(InMemoryCache())
     try:
-        first, again = model.invoke("What is 6 times 7?"), model.invoke("What is 6 times 7?")
+        first, again = draw_candidates(draw, sampler, SINGLES), draw_candidates(draw, sampler, SINGLES)
     finally:
         set_llm_cache(None)
-    assert first.content == again.content == "#### 42"
+    assert first[0].text == again[0].text == "#### 42"
     assert server.stats()["calls"] == 1 and full_path_calls == [1, 1]
 
 
@@ -124,4 +159,4 @@ def test_whatever_langchain_would_do_for_a_call_takes_the_full_path(
     kwargs: dict[str, Any] = {}
     context = setting(model, kwargs)
     with context if isinstance(context, contextlib.AbstractContextManager) else contextlib.nullcontext():
-        assert model._unobserved(PROMPT, None, kwargs) is not observed
+        assert model.observed(None, kwargs) is observed

@@ -7,7 +7,6 @@ gave — not through a second client built from settings that would have to be c
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,13 +25,14 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, conv
 from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import InvalidToolCall, ToolCall, ToolCallChunk, tool_call_chunk
 from langchain_core.output_parsers.openai_tools import make_invalid_tool_call, parse_tool_call
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult, RunInfo
-from langchain_core.runnables.config import var_child_runnable_config
-from langchain_core.utils.utils import LC_ID_PREFIX
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables.config import run_in_executor, var_child_runnable_config
 from pydantic import ConfigDict, Field
 
+from aggregate_graph.replies import Reply, ReplyChoice
+from aggregate_graph.sample_set import Usage
+
 CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings
-_RUN_OPTIONS = frozenset({"tags", "metadata", "run_name", "run_id"})  # generate's keywords for the run, not the API
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class OpenAIClientChatModel(BaseChatModel):
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
         call = self._call()
-        sent = call.messages if call.messages is not None else convert_to_openai_messages(messages)
+        sent = call.messages if call.messages is not None else convert_to_openai_messages(_normalize_messages(messages))
         body = {**call.request, **kwargs, "model": call.model, "messages": sent}
         if stop is not None:
             body["stop"] = stop
@@ -162,61 +162,45 @@ class OpenAIClientChatModel(BaseChatModel):
             generations.append(ChatGeneration(message=message, generation_info={"finish_reason": choice.finish_reason}))
         return ChatResult(generations=generations, llm_output=llm_output)
 
-    def _unobserved(self, messages: list[list[BaseMessage]], callbacks: Callbacks, kwargs: dict[str, Any]) -> bool:
-        """Whether a call may skip LangChain's bookkeeping around `_generate`: no callback handler would see it
-        (`configure` gathers them all: the run's, tracing from the environment or context, usage counters), and no
-        cache, rate limiter, streaming or v1 output format needs it. That bookkeeping costs ~0.4 ms a call (run
-        params, tracing payloads, a signature inspection), most of what a candidate adds to its own request. An
-        observed call pays for `configure` twice (~0.03 ms), here and in LangChain's generate."""
-        if len(messages) != 1 or kwargs.get("stream") or self.rate_limiter is not None:
-            return False
+    @staticmethod
+    def _reply(response: Any) -> Reply:
+        """What `_result` says of a response, in the form candidates are built from (`reply_of` of it)."""
+        usage = response.usage
+        choices = [
+            ReplyChoice(
+                choice.message.content or "",
+                [dict(call) for call in _tool_calls(choice.message)[0]],
+                response.model,
+                choice.finish_reason,
+            )
+            for choice in response.choices
+        ]
+        return Reply(choices, Usage.of(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else None)
+
+    def observed(self, callbacks: Callbacks, kwargs: dict[str, Any]) -> bool:
+        """Whether a call with these callbacks and generate keywords needs LangChain's own path (`RepliesDirectly`):
+        a callback handler would see it (`configure` gathers them all: the run's, tracing from the environment or
+        context, usage counters), or a cache, rate limiter, streaming or the v1 output format acts on it."""
+        if kwargs.get("stream") or self.rate_limiter is not None:
+            return True
         if self.output_version not in (None, "v0") or any("structured_output_format" in key for key in kwargs):
-            return False
+            return True
         if self.cache is not False and (self.cache is not None or get_llm_cache() is not None):
-            return False
+            return True
         tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
         listeners = CallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags, metadata)
-        return not listeners.handlers
+        return bool(listeners.handlers)
 
-    @staticmethod
-    def _request_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A generate call's options without the run's own (tags, metadata, run name and id), which LangChain's
-        generate takes for its callbacks and never passes on to `_generate`."""
-        return {key: value for key, value in kwargs.items() if key not in _RUN_OPTIONS}
+    def reply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply:
+        """The candidates' `Reply` straight from the client's response, for a call nothing observes."""
+        if self.is_async:
+            raise TypeError("this model wraps an async client: call it with areply")
+        return self._reply(self.create(**self._body(messages, stop, kwargs)))
 
-    @staticmethod
-    def _llm_result(result: ChatResult, run_id: uuid.UUID | None) -> LLMResult:
-        """An unobserved call's result as LangChain's generate returns it: with a run id (the caller's, or a
-        new one), which also names a message the server sent without an id."""
-        run_id = run_id or uuid.uuid4()
-        for i, generation in enumerate(result.generations):
-            if generation.message.id is None:
-                generation.message.id = f"{LC_ID_PREFIX}-{run_id}-{i}"
-        return LLMResult(generations=[result.generations], llm_output=result.llm_output, run=[RunInfo(run_id=run_id)])
-
-    def generate(
-        self,
-        messages: list[list[BaseMessage]],
-        stop: list[str] | None = None,
-        callbacks: Callbacks = None,
-        **kwargs: Any,
-    ) -> LLMResult:
-        if not self._unobserved(messages, callbacks, kwargs):
-            return super().generate(messages, stop, callbacks, **kwargs)
-        result = self._generate(_normalize_messages(messages[0]), stop, **self._request_kwargs(kwargs))
-        return self._llm_result(result, kwargs.get("run_id"))
-
-    async def agenerate(
-        self,
-        messages: list[list[BaseMessage]],
-        stop: list[str] | None = None,
-        callbacks: Callbacks = None,
-        **kwargs: Any,
-    ) -> LLMResult:
-        if not self._unobserved(messages, callbacks, kwargs):
-            return await super().agenerate(messages, stop, callbacks, **kwargs)
-        result = await self._agenerate(_normalize_messages(messages[0]), stop, **self._request_kwargs(kwargs))
-        return self._llm_result(result, kwargs.get("run_id"))
+    async def areply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply:
+        if not self.is_async:
+            return await run_in_executor(None, self.reply, messages, stop, **kwargs)
+        return self._reply(await self.create(**self._body(messages, stop, kwargs)))
 
     def _generate(
         self,
