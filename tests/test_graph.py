@@ -458,3 +458,24 @@ def test_message_streaming_keeps_all_n_candidates_and_hides_their_tokens(serve):
     assert server.calls == 1 and sorted(c.answer for c in final.candidates) == ["41", "42", "43"]
     streamed = [message for mode, (message, _) in ((m, c) for m, c in chunks if m == "messages")]
     assert [m.content for m in streamed] == [final.aggregation.text]  # only the answer, not the candidates
+
+
+def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters(serve):
+    """Without a handler, candidate requests get no copy of the run's callback manager (`_listening`); with one,
+    each request is its own child run, and a usage counter in context counts each request either way."""
+    from langchain_core.callbacks import BaseCallbackHandler, get_usage_metadata_callback
+
+    class Starts(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.parents: list[object] = []
+
+        def on_chat_model_start(self, *args, parent_run_id=None, **kwargs) -> None:
+            self.parents.append(parent_run_id)
+
+    graph = build_aggregate_graph(chat(serve(["#### 42"])), n=3, policy=CandidatePolicy(use_n=False))
+    starts = Starts()
+    assert graph.invoke(ASK, {"callbacks": [starts]})["sample_set"].aggregation.answer == "42"
+    assert len(starts.parents) == 3 and all(parent is not None for parent in starts.parents)
+    with get_usage_metadata_callback() as usage:
+        assert graph.invoke(ASK)["sample_set"].aggregation.answer == "42"
+    assert usage.usage_metadata["test-model"]["output_tokens"] == 3 * 2
