@@ -8,8 +8,6 @@ superstep when one branch raises, which would throw away every candidate that di
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,18 +20,14 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langgraph.constants import TAG_NOSTREAM
 from tenacity import (
     AsyncRetrying,
-    RetryCallState,
     Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    stop_after_delay,
-    wait_exponential_jitter,
 )
 
 from aggregate_graph.answers import stated_answer
-from aggregate_graph.errors import describe, error_body, error_kind, is_transient
+from aggregate_graph.errors import describe, error_body, error_kind
 from aggregate_graph.n_support import after_failed_n, learn, n_was_refused
 from aggregate_graph.replies import RepliesDirectly, Reply, reply_of
+from aggregate_graph.retries import one_attempt, remaining, retry_after, retrying, with_timeout
 from aggregate_graph.sample_set import Candidate
 from aggregate_graph.samplers import CandidatePolicy, Sampler
 
@@ -43,15 +37,6 @@ OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
 
 def _deadline_passed(policy: CandidatePolicy) -> TimeoutError:
     return TimeoutError(f"the {policy.deadline_s:g}s deadline passed before this sample could be asked for")
-
-
-def remaining(policy: CandidatePolicy, started: float) -> CandidatePolicy | None:
-    """The policy for requests that continue a draw begun at `started`: the same deadline, now nearer; None
-    once it has passed."""
-    if policy.deadline_s is None:
-        return policy
-    left = policy.deadline_s - (time.perf_counter() - started)
-    return policy.model_copy(update={"deadline_s": left}) if left > 0 else None
 
 
 @dataclass(frozen=True)
@@ -146,72 +131,6 @@ def replies_directly(sampler: Sampler, config: RunnableConfig | None) -> bool:
     return not sampler.model.observed(kwargs.pop("callbacks"), kwargs)
 
 
-def _with_timeout(fn: Callable[[], T], timeout_s: float) -> T:
-    """Run a blocking call, giving up after `timeout_s`; the call itself finishes in a daemon thread."""
-    outcome: list[tuple[bool, Any]] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, fn()))
-        except BaseException as exc:  # handed to the caller's thread
-            outcome.append((False, exc))
-
-    # The copied context keeps tracing and LangGraph's config visible to the model inside the thread.
-    context = contextvars.copy_context()
-    worker = threading.Thread(target=context.run, args=(run,), daemon=True, name="aggregate-graph-candidate")
-    worker.start()
-    worker.join(timeout_s)
-    if not outcome:
-        raise TimeoutError(f"candidate request exceeded the {timeout_s:g}s timeout")
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
-
-
-def _wait(policy: CandidatePolicy) -> wait_exponential_jitter:
-    return wait_exponential_jitter(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s)
-
-
-def _retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
-    stop = stop_after_attempt(policy.max_attempts)
-    if policy.deadline_s is not None:
-        stop |= stop_after_delay(policy.deadline_s)
-    return cls(stop=stop, wait=_wait(policy), retry=retry_if_exception(is_transient), reraise=True)
-
-
-def _one_attempt(policy: CandidatePolicy, k: int) -> bool:
-    """Whether the request gets a single attempt: the policy allows one, or it asks for `n` samples — retrying
-    an all-or-nothing request risks all n again, while the single requests it falls back to each get the
-    policy's attempts."""
-    return k > 1 or policy.max_attempts == 1
-
-
-class _Retry(NamedTuple):
-    """After a request's first attempt failed: the wait before the second, and the policy of the attempts left."""
-
-    wait_s: float
-    policy: CandidatePolicy
-
-    def rest(self, started: float) -> CandidatePolicy:
-        """The attempts left once waited, the deadline nearer; if it passed during the wait, the one attempt
-        tenacity would still make (it checks its stop conditions after an attempt, not after a wait)."""
-        return remaining(self.policy, started) or self.policy.model_copy(update={"max_attempts": 1, "deadline_s": None})
-
-
-def _retry(policy: CandidatePolicy, exc: Exception, started: float) -> _Retry | None:
-    """What follows a first attempt begun at `started` that failed with `exc`, as `_retrying` would go on: None
-    if `exc` is not transient or the deadline has passed; else tenacity's wait after attempt 1, then the later
-    attempts, whose waits are the schedule's from its second step (twice the multiplier).
-
-    The first attempt runs without tenacity because most requests succeed at once and tenacity's bookkeeping
-    costs ~0.07 ms a request (a tenth of a ChatOpenAI call's own client work); it is set up only for a retry."""
-    if not is_transient(exc) or remaining(policy, started) is None:
-        return None
-    rest = {"max_attempts": policy.max_attempts - 1, "backoff_initial_s": 2 * policy.backoff_initial_s}
-    return _Retry(_wait(policy)(RetryCallState(None, None, (), {})), policy.model_copy(update=rest))
-
-
 def _request(
     sampler: Sampler,
     messages: list[BaseMessage],
@@ -226,18 +145,18 @@ def _request(
         return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
 
     def attempt() -> Reply:
-        return _with_timeout(call, policy.timeout_s)
+        return with_timeout(call, policy.timeout_s)
 
-    if _one_attempt(policy, k):
+    if one_attempt(policy, k):
         return attempt()
     started = time.perf_counter()
     try:
         return attempt()
     except Exception as exc:
-        if (retry := _retry(policy, exc, started)) is None:
+        if (retry := retry_after(policy, exc, started)) is None:
             raise
         time.sleep(retry.wait_s)
-    return _retrying(retry.rest(started), Retrying)(attempt)
+    return retrying(retry.rest(started), Retrying)(attempt)
 
 
 async def _arequest(
@@ -263,16 +182,16 @@ async def _arequest(
                 raise
             raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
 
-    if _one_attempt(policy, k):
+    if one_attempt(policy, k):
         return await attempt()
     started = time.perf_counter()
     try:
         return await attempt()
     except Exception as exc:
-        if (retry := _retry(policy, exc, started)) is None:
+        if (retry := retry_after(policy, exc, started)) is None:
             raise
         await asyncio.sleep(retry.wait_s)
-    return await _retrying(retry.rest(started), AsyncRetrying)(attempt)
+    return await retrying(retry.rest(started), AsyncRetrying)(attempt)
 
 
 def draw_candidates(

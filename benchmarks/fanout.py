@@ -109,6 +109,9 @@ async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict
             # ~50 ms of its last response costs ~35 ms here (the test server's tail), a cost that would fall
             # on whichever side happens to follow another on the same connections.
             await asyncio.sleep(SETTLE_S)
+            # Each run collects only its own garbage: otherwise the collections the previous run's allocations
+            # bring on (a full one costs tens of ms here) land in whichever run allocates next.
+            gc.collect()
             started, started_cpu = time.perf_counter(), time.process_time()
             await run()
             timings[name].wall.append(time.perf_counter() - started)

@@ -461,8 +461,8 @@ def test_message_streaming_keeps_all_n_candidates_and_hides_their_tokens(serve):
 
 
 def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters(serve):
-    """Without a handler, candidate requests get no copy of the run's callback manager (`_listening`); with one,
-    each request is its own child run, and a usage counter in context counts each request either way."""
+    """With a handler, each candidate request is a child run of the graph's; a usage counter in context counts
+    each request."""
     from langchain_core.callbacks import BaseCallbackHandler, get_usage_metadata_callback
 
     class Starts(BaseCallbackHandler):

@@ -12,7 +12,7 @@ from tenacity import RetryCallState
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
-from aggregate_graph.sampling import _retry, _wait
+from aggregate_graph.retries import _wait, retry_after
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}
@@ -31,11 +31,11 @@ def _state(attempt: int) -> RetryCallState:
 def test_the_retries_keep_the_schedule_tenacity_would_have_kept(monkeypatch) -> None:
     monkeypatch.setattr("random.uniform", lambda a, b: 0.0)  # tenacity's jitter
     policy = CandidatePolicy(max_attempts=5, backoff_initial_s=0.5, backoff_max_s=3.0, deadline_s=60)
-    assert _retry(policy, TimeoutError("slow"), started=time.perf_counter() - 61) is None  # past the deadline
-    retry = _retry(policy, TimeoutError("slow"), started=time.perf_counter())
+    assert retry_after(policy, TimeoutError("slow"), started=time.perf_counter() - 61) is None  # past the deadline
+    retry = retry_after(policy, TimeoutError("slow"), started=time.perf_counter())
     assert retry is not None and retry.policy.max_attempts == 4
     assert [retry.wait_s, *_waits(retry.policy, 4)] == _waits(policy, 5) == [0.5, 1.0, 2.0, 3.0]
-    assert _retry(policy, ValueError("not transient"), started=time.perf_counter()) is None
+    assert retry_after(policy, ValueError("not transient"), started=time.perf_counter()) is None
 
 
 @pytest.mark.parametrize("client_path", [False, True], ids=["ChatOpenAI", "openai client (direct replies)"])
