@@ -3,7 +3,8 @@
 Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
 
     models.py, samplers.py,     the chat model(s) a question goes to and their settings, and how candidates are
-    sampling.py, n_support.py   drawn (n requests, retries, deadlines, what each endpoint does with `n`)
+    sampling.py, n_support.py,  drawn (n requests, retries, deadlines, what each endpoint does with `n`, the
+    retries.py, replies.py      `Reply` a candidate is built from)
     answers.py                  a candidate's final answer: extraction, abstentions, math equivalence
     sample_set.py               the one data type: question, candidates, aggregation
     aggregators/                SampleSet → Aggregation: votes (majority, weighted, tool calls, structured,

@@ -47,7 +47,7 @@ class RepliesDirectly(Protocol):
 def _request_usage(result: LLMResult) -> Usage | None:
     """Usage of the whole request: providers report it once per request even when it returns n choices."""
     if (token_usage := (result.llm_output or {}).get("token_usage")) and isinstance(token_usage, dict):
-        return Usage.of(int(token_usage.get("prompt_tokens") or 0), int(token_usage.get("completion_tokens") or 0))
+        return Usage.of(token_usage.get("prompt_tokens"), token_usage.get("completion_tokens"))
     metas = [g.message.usage_metadata for g in result.generations[0] if isinstance(g, ChatGeneration)]
     metas = [m for m in metas if m]
     if not metas:

@@ -45,8 +45,10 @@ class Usage(BaseModel):
     total_tokens: int = 0
 
     @classmethod
-    def of(cls, prompt: int, completion: int) -> Usage:
-        """A request's usage from its prompt and completion tokens."""
+    def of(cls, prompt: Any, completion: Any) -> Usage:
+        """A request's usage from its prompt and completion tokens (None counts 0; "12" is 12: a provider's
+        response is not always validated)."""
+        prompt, completion = int(prompt or 0), int(completion or 0)
         return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
     def __add__(self, other: Usage) -> Usage:

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -31,7 +31,6 @@ from aggregate_graph.retries import one_attempt, remaining, retry_after, retryin
 from aggregate_graph.sample_set import Candidate
 from aggregate_graph.samplers import CandidatePolicy, Sampler
 
-T = TypeVar("T")
 OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
 
 
@@ -141,7 +140,7 @@ def _request(
 ) -> Reply:
     def call() -> Reply:
         if direct:
-            return sampler.model.reply(messages, **_request_kwargs(sampler, k))  # type: ignore[attr-defined]
+            return cast(RepliesDirectly, sampler.model).reply(messages, **_request_kwargs(sampler, k))
         return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
 
     def attempt() -> Reply:
@@ -169,7 +168,7 @@ async def _arequest(
 ) -> Reply:
     async def call() -> Reply:
         if direct:
-            return await sampler.model.areply(messages, **_request_kwargs(sampler, k))  # type: ignore[attr-defined]
+            return await cast(RepliesDirectly, sampler.model).areply(messages, **_request_kwargs(sampler, k))
         return reply_of(await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config)))
 
     async def attempt() -> Reply:

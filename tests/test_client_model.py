@@ -84,6 +84,18 @@ def test_a_direct_reply_is_what_the_full_path_gives(serve) -> None:
     assert direct.usage is not None and direct.usage.completion_tokens > 0
 
 
+def test_content_parts_and_non_object_arguments_read_alike_on_both_paths(serve) -> None:
+    parts = [{"type": "thinking", "thinking": "6 times 7 is 41? no"}, {"type": "text", "text": "#### 42"}]
+    odd_arguments = tool_calls_reply(("multiply", "[6, 7]"), ("add", {"a": 1, "b": 2}))
+    model = _model(serve([{"content": parts}]), is_async=False)
+    direct, full = model.reply(PROMPT), reply_of(model.generate([PROMPT]))
+    assert direct.choices[0].text == full.choices[0].text == "#### 42"
+    model = _model(serve([odd_arguments]), is_async=False)
+    direct, full = model.reply(PROMPT), reply_of(model.generate([PROMPT]))
+    assert _without_call_ids(direct) == _without_call_ids(full)
+    assert [call["name"] for call in direct.choices[0].tool_calls] == ["add"]  # a list is no arguments object
+
+
 async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serve, full_path_calls) -> None:
     model = _model(serve(["The answer is unknown."]), is_async=True)
     sampler, draw, recorder = Sampler(model), Draw(0, (0, 1, 2), tuple(PROMPT)), Recorder()

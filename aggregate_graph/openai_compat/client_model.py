@@ -54,18 +54,31 @@ def current_call(key: str) -> CallSettings | None:
 
 
 def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
-    """A choice message's function tool calls as LangChain's: arguments parsed, or invalid when not JSON."""
+    """A choice message's function tool calls as LangChain's: arguments parsed, or invalid when not a JSON
+    object (an `AIMessage` refuses a tool call whose arguments are a list or a number)."""
     calls, invalid = [], []
     for raw in getattr(message, "tool_calls", None) or []:
         if getattr(raw, "type", "function") != "function" or getattr(raw, "function", None) is None:
             continue  # a custom tool's call has free-form input, not JSON arguments
         raw_call = {"id": raw.id, "function": {"name": raw.function.name, "arguments": raw.function.arguments}}
         try:
-            if (parsed := parse_tool_call(raw_call, return_id=True)) is not None:
-                calls.append(parsed)
+            parsed = parse_tool_call(raw_call, return_id=True)
         except OutputParserException as exc:
             invalid.append(make_invalid_tool_call(raw_call, str(exc)))
+            continue
+        if parsed is not None and not isinstance(parsed["args"], dict):
+            invalid.append(make_invalid_tool_call(raw_call, "the arguments are not a JSON object"))
+        elif parsed is not None:
+            calls.append(parsed)
     return calls, invalid
+
+
+def _text(content: Any) -> str:
+    """A choice's text: its content, or the text of its content parts as LangChain reads them (a compatible
+    server may send parts, e.g. a reasoning model's "thinking" and "text"); the SDK does not validate it."""
+    if isinstance(content, str):
+        return content
+    return AIMessage(content=content or "").text
 
 
 def _tool_call_chunks(delta: Any) -> list[ToolCallChunk]:
@@ -133,7 +146,7 @@ class OpenAIClientChatModel(BaseChatModel):
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
         call = self._call()
-        sent = call.messages if call.messages is not None else convert_to_openai_messages(_normalize_messages(messages))
+        sent = call.messages if call.messages is not None else convert_to_openai_messages(messages)
         body = {**call.request, **kwargs, "model": call.model, "messages": sent}
         if stop is not None:
             body["stop"] = stop
@@ -147,8 +160,6 @@ class OpenAIClientChatModel(BaseChatModel):
         llm_output = {"token_usage": usage, "model_name": response.model}
         for i, choice in enumerate(response.choices):
             meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
-            if len(response.choices) == 1:  # as `_generate_with_cache` merges it, so that both paths match
-                meta = {**llm_output, **meta}
             tool_calls, invalid_tool_calls = _tool_calls(choice.message)
             message = AIMessage(
                 content=choice.message.content or "",
@@ -168,19 +179,20 @@ class OpenAIClientChatModel(BaseChatModel):
         usage = response.usage
         choices = [
             ReplyChoice(
-                choice.message.content or "",
+                _text(choice.message.content),
                 [dict(call) for call in _tool_calls(choice.message)[0]],
                 response.model,
                 choice.finish_reason,
             )
             for choice in response.choices
         ]
-        return Reply(choices, Usage.of(usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else None)
+        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens) if usage else None)
 
     def observed(self, callbacks: Callbacks, kwargs: dict[str, Any]) -> bool:
         """Whether a call with these callbacks and generate keywords needs LangChain's own path (`RepliesDirectly`):
         a callback handler would see it (`configure` gathers them all: the run's, tracing from the environment or
-        context, usage counters), or a cache, rate limiter, streaming or the v1 output format acts on it."""
+        context, usage counters), or a cache, rate limiter, streaming, structured output or the v1 output format
+        acts on it."""
         if kwargs.get("stream") or self.rate_limiter is not None:
             return True
         if self.output_version not in (None, "v0") or any("structured_output_format" in key for key in kwargs):
@@ -195,12 +207,12 @@ class OpenAIClientChatModel(BaseChatModel):
         """The candidates' `Reply` straight from the client's response, for a call nothing observes."""
         if self.is_async:
             raise TypeError("this model wraps an async client: call it with areply")
-        return self._reply(self.create(**self._body(messages, stop, kwargs)))
+        return self._reply(self.create(**self._body(_normalize_messages(messages), stop, kwargs)))
 
     async def areply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply:
         if not self.is_async:
             return await run_in_executor(None, self.reply, messages, stop, **kwargs)
-        return self._reply(await self.create(**self._body(messages, stop, kwargs)))
+        return self._reply(await self.create(**self._body(_normalize_messages(messages), stop, kwargs)))
 
     def _generate(
         self,

@@ -50,6 +50,8 @@ def _tool_calls(reply: Reply) -> list[dict[str, Any]]:
 
 def _text(reply: Reply) -> str:
     """The reply's text content, as the stand-in tokenizer counts it (without tool-call arguments)."""
+    if isinstance(reply, dict) and isinstance(parts := reply.get("content"), list):
+        return "".join(part.get("text", "") for part in parts if isinstance(part, dict))
     if isinstance(reply, dict):
         return reply.get("content") or ""
     return reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
@@ -66,6 +68,7 @@ class OpenAITestServer:
         -> reply`; a `bytes` reply is sent raw inside the JSON string, to test undecodable bodies. A dict reply
         `{"content": str | None, "tool_calls": [{"name": ..., "arguments": dict | str}]}` (see `tool_calls_reply`)
         calls tools, with finish_reason "tool_calls"; streamed, its calls come whole in one chunk after the content.
+        A dict reply's "content" may be a list of content parts (`{"type": "text", "text": ...}`), sent as it is.
     n_mode: "honour" returns n choices (prompt billed once), "ignore" returns one choice whatever n is
         (as many servers do), "reject" answers 400 to n > 1.
     failure_rate / failure_status / failure_message / failure_code: share of requests answered with that error
@@ -267,6 +270,8 @@ def _completion(
     choices = []
     for i, reply in enumerate(replies):
         message: dict[str, Any] = {"role": "assistant", "content": _text(reply)}
+        if isinstance(reply, dict) and isinstance(reply.get("content"), list):
+            message["content"] = reply["content"]  # content parts, as some compatible servers send them
         if isinstance(reply, bytes):
             message["content"] = marker = f"@@raw-{uuid.uuid4().hex}@@"
             raw[marker] = reply
