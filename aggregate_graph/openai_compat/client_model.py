@@ -146,7 +146,8 @@ class OpenAIClientChatModel(BaseChatModel):
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.pop("stream", None)
         call = self._call()
-        sent = call.messages if call.messages is not None else convert_to_openai_messages(messages)
+        # normalized as LangChain's generate normalizes its input (again, on that path: it is idempotent)
+        sent = call.messages if call.messages is not None else convert_to_openai_messages(_normalize_messages(messages))
         body = {**call.request, **kwargs, "model": call.model, "messages": sent}
         if stop is not None:
             body["stop"] = stop
@@ -207,12 +208,12 @@ class OpenAIClientChatModel(BaseChatModel):
         """The candidates' `Reply` straight from the client's response, for a call nothing observes."""
         if self.is_async:
             raise TypeError("this model wraps an async client: call it with areply")
-        return self._reply(self.create(**self._body(_normalize_messages(messages), stop, kwargs)))
+        return self._reply(self.create(**self._body(messages, stop, kwargs)))
 
     async def areply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply:
         if not self.is_async:
             return await run_in_executor(None, self.reply, messages, stop, **kwargs)
-        return self._reply(await self.create(**self._body(_normalize_messages(messages), stop, kwargs)))
+        return self._reply(await self.create(**self._body(messages, stop, kwargs)))
 
     def _generate(
         self,
