@@ -7,8 +7,7 @@
    `openai`-client calls (ChatOpenAI's own cost included); a `wrap_openai` client's call ÷ bare `openai`-client
    calls. Against a server that ignores `n` (with `use_n=False`) and one that refuses it (default policy).
    Each row gives the two sides' median wall times, the median of 25 rounds' paired ratios with their
-   interquartile range, the ratio of the two sides' fastest runs, then the median ratio of the client process's
-   CPU time.
+   interquartile range, then the median ratio of the client process's CPU time.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
@@ -121,15 +120,13 @@ async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict
 
 
 def _ratio(side: Timings, over: Timings) -> str:
-    """The median of the rounds' wall-time ratios with their interquartile range, the ratio of the two sides'
-    fastest runs, then the CPU-time ratio's median: on a shared 2-core machine single runs swing by ±10 %, paired
-    ratios less; time stolen by other guests only ever adds, so each side's fastest run is its least disturbed."""
+    """The median of the rounds' wall-time ratios with their interquartile range, then the CPU-time ratio's
+    median: on a shared 2-core machine single runs swing by ±10 %, paired ratios far less."""
     walls = [a / b for a, b in zip(side.wall, over.wall, strict=True)]
     low, median, high = statistics.quantiles(walls, n=4)
     cpu = statistics.median(a / b for a, b in zip(side.cpu, over.cpu, strict=True))
     ms = f"{statistics.median(side.wall) * 1000:.0f}/{statistics.median(over.wall) * 1000:.0f} ms"
-    fastest = min(side.wall) / min(over.wall)
-    return f"{ms}; paired {median:.3f} ({low:.2f}–{high:.2f}); fastest {fastest:.3f}; CPU {cpu:.3f}"
+    return f"{ms}; paired {median:.3f} ({low:.2f}–{high:.2f}); CPU {cpu:.3f}"
 
 
 async def fanout_rows(
