@@ -39,12 +39,13 @@ class CandidatePolicy(BaseModel):
     )
 
 
-_CONFIG_KEYS = ("tags", "metadata", "run_name")
+_CONFIG_KEYS = ("tags", "metadata", "run_name", "callbacks")
 
 
 def unbind(model: BaseChatModel | RunnableBinding) -> tuple[BaseChatModel, dict[str, Any], dict[str, Any]]:
     """The chat model inside `model.bind_tools(...)`, `.bind(...)`, `.with_config(...)` (nested too), the call
-    options those bound (the outer binding wins, as when the binding is invoked) and their tags/metadata/name."""
+    options those bound (the outer binding wins, as when the binding is invoked) and their tags, metadata, run
+    name and callbacks."""
     kwargs: dict[str, Any] = {}
     config: dict[str, Any] = {}
     inner: Any = model

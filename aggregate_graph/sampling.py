@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.runnables.config import ContextThreadPoolExecutor
+from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_configs
 from langgraph.constants import TAG_NOSTREAM
 from tenacity import (
     AsyncRetrying,
@@ -113,7 +113,10 @@ def _call_kwargs(sampler: Sampler, k: int, config: RunnableConfig | None) -> dic
     # "nostream": candidates are not the answer, so a parent streaming messages must not show their tokens;
     # stream=False: LangChain would otherwise stream whenever a streaming callback is attached, which costs
     # more per call and yields one choice, not k.
-    kwargs = {**_request_kwargs(sampler, k), "callbacks": (config or {}).get("callbacks"), "stream": False}
+    callbacks = (config or {}).get("callbacks")
+    if own := sampler.config.get("callbacks"):  # `with_config(callbacks=...)`: joins the run's, as a binding's do
+        callbacks = merge_configs({"callbacks": own}, {"callbacks": callbacks}).get("callbacks")
+    kwargs = {**_request_kwargs(sampler, k), "callbacks": callbacks, "stream": False}
     kwargs["tags"] = [*(sampler.config.get("tags") or []), TAG_NOSTREAM]
     if metadata := sampler.config.get("metadata"):
         kwargs["metadata"] = metadata

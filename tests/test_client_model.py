@@ -172,3 +172,11 @@ def test_whatever_langchain_would_do_for_a_call_takes_the_full_path(
     context = setting(model, kwargs)
     with context if isinstance(context, contextlib.AbstractContextManager) else contextlib.nullcontext():
         assert model.observed(None, kwargs) is observed
+
+
+async def test_a_handler_bound_to_the_model_sees_every_candidate_request(serve, full_path_calls) -> None:
+    recorder = Recorder()
+    model = _model(serve(["#### 42"]), is_async=True).with_config(callbacks=[recorder])
+    out = await build_aggregate_graph(model, n=3, policy=SINGLES).ainvoke({"messages": PROMPT})
+    assert recorder.events.count("start") == 3 and len(full_path_calls) == 3
+    assert out["sample_set"].aggregation.answer == "42"

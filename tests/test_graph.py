@@ -479,3 +479,7 @@ def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters
     with get_usage_metadata_callback() as usage:
         assert graph.invoke(ASK)["sample_set"].aggregation.answer == "42"
     assert usage.usage_metadata["test-model"]["output_tokens"] == 3 * 2
+    bound = Starts()  # a handler bound to the model itself, as a binding's own config
+    model = chat(serve(["#### 42"])).with_config(callbacks=[bound])
+    build_aggregate_graph(model, n=3, policy=CandidatePolicy(use_n=False)).invoke(ASK, {"callbacks": [starts]})
+    assert len(bound.parents) == 3 and len(starts.parents) == 6
