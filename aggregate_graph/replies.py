@@ -32,10 +32,10 @@ class Reply(NamedTuple):
 @runtime_checkable
 class RepliesDirectly(Protocol):
     """A chat model that can answer a candidate request with a `Reply` built straight from its provider's
-    response, skipping LangChain's messages, results and per-call callback bookkeeping (~0.2 ms a request, a
-    tenth of what an openai-client request itself costs). It is used only when `observed` says that nothing —
-    no callback handler, tracer, usage counter, cache or rate limiter — needs LangChain's own path; that is
-    decided once a draw, since every request of a draw runs under the same config."""
+    response, skipping LangChain's messages, results and per-call callback bookkeeping (~0.35 M instructions a
+    request, measured: 6 % of a bare openai-client request's own). It is used only when `observed` says that
+    nothing — no callback handler, tracer, usage counter, cache or rate limiter — needs LangChain's own path;
+    that is decided once a draw, since every request of a draw runs under the same config."""
 
     def observed(self, callbacks: Callbacks, kwargs: dict[str, Any]) -> bool: ...
 
