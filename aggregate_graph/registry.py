@@ -20,13 +20,19 @@ from aggregate_graph.aggregators import (
     GSRAggregator,
     MajorityVote,
     SSAAggregator,
+    SSAChoiceAggregator,
     SSAStyle,
     USCAggregator,
     WeightedVote,
 )
 
 AGGREGATOR_NAMES = ("majority", "weighted", "ssa", "gsr", "usc")
-MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
+MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {
+    "ssa": SSAAggregator,
+    "ssa-choice": SSAChoiceAggregator,  # the trained SSA that picks one of the candidates' answers by letter
+    "gsr": GSRAggregator,
+    "usc": USCAggregator,
+}
 AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
 SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
 """The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
@@ -90,7 +96,7 @@ def load_trained_aggregator(
         is_adapter = (folder / "adapter_config.json").is_file()
         model = local_model(base_model if is_adapter else str(folder), str(folder) if is_adapter else None,
                             max_tokens=max_tokens, dtype=dtype)  # fmt: skip
-    if record["format"] != "ssa":  # GSR / USC prompts are cut by the candidate budget alone
+    if record["format"] not in ("ssa", "ssa-choice"):  # GSR / USC prompts are cut by the candidate budget alone
         options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
         return MODEL_AGGREGATORS[record["format"]](model, **options)
     if isinstance(weights, str | Path):
@@ -98,7 +104,11 @@ def load_trained_aggregator(
     elif weights is None and record.get("weights"):
         weights = WeightedVote.load(folder / record["weights"])
     options.setdefault("k", record.get("k", 5))
-    return SSAAggregator(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
+    if record["format"] == "ssa-choice":  # its calibration, fit on validation, travels with the weights
+        options.setdefault("temperature", record.get("temperature", 1.0))
+        options.setdefault("threshold", record.get("threshold", 0.0))
+    cls = MODEL_AGGREGATORS[record["format"]]
+    return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 
 
 def load_aggregator(

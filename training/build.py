@@ -19,8 +19,17 @@ from tqdm.auto import tqdm
 from aggregate_graph import Candidate, MajorityVote, SampleSet, SSAStyle, WeightedVote, equivalent
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
+from aggregate_graph.answers import group_equivalent
 from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
-from training.data import PROBLEMS_HELP, Problems, load_sample_sets, problem_key, write_json, write_jsonl
+from training.data import (
+    PROBLEMS_HELP,
+    Problems,
+    anonymised,
+    load_sample_sets,
+    problem_key,
+    write_json,
+    write_jsonl,
+)
 from training.targets import FORMATS, Format, reference_solution, teacher_targets
 
 
@@ -28,10 +37,20 @@ from training.targets import FORMATS, Format, reference_solution, teacher_target
 class BuildConfig:
     sample_sets: str = field(metadata={"help": "sample-set JSONL (collect's output) or a pool name: faithful_cot, …"})
     output_dir: str = field(metadata={"help": "writes train.jsonl, validation.jsonl and build.json here"})
-    format: Literal["ssa", "gsr"] = "ssa"
+    format: Literal["ssa", "ssa-choice", "gsr"] = "ssa"
     k_min: int = field(default=3, metadata={"help": "fewest candidates per example"})
     k_max: int = field(default=5, metadata={"help": "most candidates per example (k_min = k_max: fixed k)"})
     subsets_per_problem: int = field(default=4, metadata={"help": "random subsets drawn per problem"})
+    within_model_subsets: int = field(
+        default=0,
+        metadata={
+            "help": "more subsets per problem drawn within one model's candidates, sources anonymised (one label), "
+            "so that only their content tells them apart: the case of a user sampling one model n times"
+        },
+    )
+    min_answers: int = field(
+        default=1, metadata={"help": "drop subsets with fewer distinct answers (2: the choice SSA never sees one)"}
+    )
     hard_fraction: float | None = field(
         default=0.5, metadata={"help": "share of examples whose subset majority is wrong; unset keeps the drawn mix"}
     )
@@ -94,19 +113,36 @@ def _subset_sizes(config: BuildConfig, available: int) -> list[int]:
     return list(range(low, high + 1))
 
 
-def draw_subsets(sample_set: SampleSet, config: BuildConfig, rng: random.Random) -> list[list[Candidate]]:
-    """Distinct random k-subsets of the candidates with text, each kept in request order."""
-    usable = [c for c in sample_set.succeeded if c.text.strip()]
-    if not usable or config.k_min < 1:
+def _distinct_subsets(
+    usable: list[Candidate], config: BuildConfig, wanted: int, rng: random.Random
+) -> list[list[Candidate]]:
+    if not usable or wanted < 1:
         return []
     sizes, seen, subsets = _subset_sizes(config, len(usable)), set(), []
-    for _ in range(config.subsets_per_problem * 4):  # distinct subsets may be fewer than asked for
+    for _ in range(wanted * 4):  # distinct subsets may be fewer than asked for
         chosen = tuple(sorted(rng.sample(range(len(usable)), rng.choice(sizes))))
         if chosen not in seen:
             seen.add(chosen)
             subsets.append([usable[i] for i in chosen])
-        if len(subsets) == config.subsets_per_problem:
+        if len(subsets) == wanted:
             break
+    return subsets
+
+
+def draw_subsets(sample_set: SampleSet, config: BuildConfig, rng: random.Random) -> list[list[Candidate]]:
+    """Distinct random k-subsets of the candidates with text, each kept in request order; then
+    `within_model_subsets` more, each within one model's candidates and with the sources anonymised."""
+    usable = [c for c in sample_set.succeeded if c.text.strip()]
+    if config.k_min < 1:
+        return []
+    subsets = _distinct_subsets(usable, config, config.subsets_per_problem, rng)
+    models = sorted({c.model for c in usable})
+    by_model = {m: [c for c in usable if c.model == m] for m in models}
+    eligible = [m for m in models if len(by_model[m]) >= max(config.k_min, 2)]
+    for _ in range(config.within_model_subsets if eligible else 0):
+        for chosen in _distinct_subsets(by_model[rng.choice(eligible)], config, 1, rng):
+            hidden = anonymised(SampleSet(question=sample_set.question, candidates=chosen))
+            subsets.append(list(hidden.candidates))
     return subsets
 
 
@@ -172,8 +208,12 @@ def subset_examples(
             if config.drop_unsolvable and not any(equivalent(c.answer, sample_set.gold) for c in subset):
                 unsolvable += 1
                 continue
+            if len(group_equivalent([c.answer for c in subset if c.answer is not None])) < config.min_answers:
+                continue
             prompt = fmt.render(sample_set.question, subset, style, weights)
             target = fmt.target(sample_set.gold, [c.answer for c in subset], config.answer_only_targets)
+            if target is None:  # the choice format: no option is the gold answer
+                continue
             if config.targets == "reference" and (target := reference_solution(sample_set)) is None:
                 continue
             if count_tokens is not None and count_tokens(prompt) > config.max_prompt_tokens:

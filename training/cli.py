@@ -52,6 +52,12 @@ STEPS = {
         "grpo",
         "RL with the runtime's grader as reward (TRL GRPOTrainer)",
     ),
+    "calibrate": Step(
+        "training.calibrate",
+        ("CalibrateConfig",),
+        "calibrate",
+        "a choice SSA's temperature and deferral threshold, fit on validation problems",
+    ),
     "evaluate": Step(
         "training.evaluate",
         ("EvaluateConfig",),

@@ -25,9 +25,12 @@ POOLS: dict[str, Callable[[], list[SampleSet]]] = {
 
 
 def load_sample_sets(source: str | Path, limit: int | None = None, problems: Problems = "all") -> list[SampleSet]:
-    """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`) or a sample-set
+    """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`), several joined
+    by `+`, or a sample-set
     JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`); `problems` keeps
     the reserved evaluation problems out (`unreserved`) or keeps only them (`reserved`)."""
+    if "+" in str(source):  # several sources together, e.g. faithful_cot+gpt3_solutions (split by problem)
+        return [s for part in str(source).split("+") for s in load_sample_sets(part, None, problems)][:limit]
     name, _, configs = str(source).partition(":")
     if name == "faithful_cot" and configs:
         sets = load_faithful_cot(configs.split(","))
@@ -44,6 +47,17 @@ def load_sample_sets(source: str | Path, limit: int | None = None, problems: Pro
         reserved = reserved_questions()
         sets = [s for s in sets if is_reserved(s, reserved) == (problems == "reserved")]
     return sets[:limit] if limit is not None else sets
+
+
+ANONYMOUS_SOURCE = "anonymous"  # one label for every candidate: a source no vote weight knows
+
+
+def anonymised(sample_set: SampleSet) -> SampleSet:
+    """The set with every candidate's source replaced by one label, so that only content tells them apart (a
+    user sampling one model n times), the vote weights know none of them, and a pool's per-sample params (its
+    verdicts) are gone."""
+    hidden = [c.model_copy(update={"model": ANONYMOUS_SOURCE, "params": {}}) for c in sample_set.candidates]
+    return sample_set.model_copy(update={"candidates": hidden})
 
 
 def problem_key(sample_set: SampleSet) -> str:

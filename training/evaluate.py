@@ -25,7 +25,7 @@ from aggregate_graph.registry import (
     load_trained_aggregator,
     local_model,
 )
-from training.data import PROBLEMS_HELP, Problems, load_sample_sets, write_json
+from training.data import PROBLEMS_HELP, Problems, anonymised, load_sample_sets, write_json
 
 METRICS = ("single", "maj", "pass", "aggregator", "gap")
 
@@ -50,6 +50,12 @@ class EvaluateConfig:
     draws: int = field(
         default=1, metadata={"help": "random k-subsets per problem for the main table (1: the first k candidates)"}
     )
+    anonymise: bool = field(
+        default=False, metadata={"help": "hide the candidates' sources (one label): one model sampled n times"}
+    )
+    shuffle: bool = field(
+        default=False, metadata={"help": "each draw shows its candidates in a random order (ties break by it)"}
+    )
     curve: bool = field(default=True, metadata={"help": "also the accuracy-against-k curve"})
     curve_ks: list[int] | None = field(default=None, metadata={"help": "k values of the curve (default: 1, 2, 4, …)"})
     curve_draws: int = field(default=3, metadata={"help": "random k-subsets per problem and k"})
@@ -67,7 +73,7 @@ def aggregator_for(config: EvaluateConfig) -> Any:
         (f for f in (config.adapter, config.model_dir) if f is not None and (Path(f) / AGGREGATOR_FILE).is_file()),
         None,
     )
-    options: dict[str, Any] = {"k": config.k} if config.aggregator in ("ssa", "gsr", "usc") else {}
+    options: dict[str, Any] = {"k": config.k} if config.aggregator in ("ssa", "gsr", "usc") and config.k else {}
     if config.base_url is None and trained is not None:
         base = config.model_dir if config.adapter is not None else None
         return load_trained_aggregator(trained, base_model=base, dtype=config.dtype, max_tokens=config.max_tokens,
@@ -87,12 +93,17 @@ def aggregator_for(config: EvaluateConfig) -> Any:
     )
 
 
-def subset(sample_set: SampleSet, k: int, rng: random.Random | None) -> SampleSet:
-    """The first k candidates, or k random ones kept in request order (the order breaks vote ties)."""
+def subset(sample_set: SampleSet, k: int, rng: random.Random | None, shuffle: bool = False) -> SampleSet:
+    """The first k candidates, or k random ones kept in request order (the order breaks vote ties); `shuffle`:
+    in a random order instead, renumbered in it."""
     chosen = list(sample_set.candidates)
     if rng is not None and k < len(chosen):
         chosen = sorted(rng.sample(chosen, k), key=lambda c: c.index)
-    return sample_set.model_copy(update={"candidates": chosen[:k], "aggregation": None})
+    chosen = chosen[:k]
+    if shuffle and rng is not None:
+        rng.shuffle(chosen)
+        chosen = [c.model_copy(update={"index": i}) for i, c in enumerate(chosen)]
+    return sample_set.model_copy(update={"candidates": chosen, "aggregation": None})
 
 
 def verdicts(
@@ -119,18 +130,28 @@ def verdicts(
 
 
 def model_statistics(results: list[Any]) -> dict[str, float] | None:
-    """For a model-backed aggregator: how often its output parsed, how many tokens it generated, how long a set
-    took (median), and how often it answered other than majority vote would have."""
+    """For a model-backed aggregator: how often its output parsed into an answer (a choice SSA's deferral to the
+    vote counts: it chose, unsure), how many tokens it generated, how long a set took (median, over all sets and
+    over those that reached the model), and the shares of sets that skipped the model (one answer) or deferred."""
     aggregations = [r for r in results if not isinstance(r, Exception)]
     shown = [a for a in aggregations if "parse_status" in a.details]
+    called = [a for a in shown if a.details["parse_status"] != "skipped"]
     if not shown:
         return None
-    tokens = [a.usage.completion_tokens for a in shown if a.usage is not None]
+    tokens = [a.usage.completion_tokens for a in called if a.usage is not None]
+    status = [a.details["parse_status"] for a in called]
+
+    def median_latency(items: list[Any]) -> float:
+        return float(np.median([a.latency_s for a in items if a.latency_s is not None])) if items else float("nan")
+
     return {
         "sets": len(results),
-        "parse_rate": 100.0 * sum(a.details["parse_status"] == "parsed" for a in shown) / len(shown),
+        "parse_rate": 100.0 * sum(s in ("parsed", "deferred") for s in status) / max(len(called), 1),
         "mean_generated_tokens": float(np.mean(tokens)) if tokens else float("nan"),
-        "median_latency_s": float(np.median([a.latency_s for a in shown if a.latency_s is not None])),
+        "median_latency_s": median_latency(shown),
+        "median_model_latency_s": median_latency(called),
+        "skipped_model": 100.0 * (len(shown) - len(called)) / len(shown),
+        "deferred": 100.0 * status.count("deferred") / len(shown),
     }
 
 
@@ -139,7 +160,7 @@ def _draw_mean(
     record: list[Any] | None = None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Each problem's metrics averaged over `draws` k-subsets, so intervals still resample problems."""
-    subsets = [[subset(s, k, rng) for s in sets] for _ in range(draws)]
+    subsets = [[subset(s, k, rng, config.shuffle) for s in sets] for _ in range(draws)]
     per_draw = [verdicts(d, aggregator, config.concurrency, f"k={k}", record) for d in subsets]
     return {name: np.mean([v[name] for v in per_draw], axis=0) for name in METRICS}
 
@@ -223,6 +244,8 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     if config.draws < 1:
         raise ValueError(f"draws must be at least 1, got {config.draws}")
     sets = [s for s in load_sample_sets(config.sample_sets, config.limit, config.problems) if s.gold is not None]
+    if config.anonymise:
+        sets = [anonymised(s) for s in sets]
     if not sets:
         raise ValueError(f"{config.sample_sets}: no sample sets with a gold answer")
     k = config.k or max(len(s.candidates) for s in sets)
@@ -230,7 +253,8 @@ def evaluate(config: EvaluateConfig) -> dict[str, Any]:
     rng = random.Random(config.seed)
     results: list[Any] = []
     # One draw is the first k candidates (deterministic); several are random k-subsets, each kept in request order.
-    main = _draw_mean(sets, k, config.draws, rng if config.draws > 1 else None, aggregator, config, results)
+    random_draws = config.draws > 1 or config.shuffle
+    main = _draw_mean(sets, k, config.draws, rng if random_draws else None, aggregator, config, results)
     result: dict[str, Any] = {
         "aggregator": config.aggregator,
         "sample_sets": config.sample_sets,

@@ -13,6 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from aggregate_graph import Candidate, SampleSet, WeightedVote, equivalent, extract_answer
+from aggregate_graph.aggregators.choice import LETTERS, choice_target, render_choice_prompt
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
 
@@ -26,7 +27,7 @@ class Format:
     render: Callable[[str, Sequence[Candidate], SSAStyle, WeightedVote | None], str]
     answer: Callable[[str], str | None]
     well_formed: Callable[[str], bool]
-    target: Callable[[str, Sequence[str | None], bool], str]
+    target: Callable[[str, Sequence[str | None], bool], str | None]
 
 
 def _agreeing(gold: str, answers: Sequence[str | None]) -> list[int]:
@@ -82,6 +83,15 @@ FORMATS: dict[str, Format] = {
         lambda text: parse_ssa_output(text).answer,
         lambda text: parse_ssa_output(text).status == "parsed",
         ssa_target,
+    ),
+    "ssa-choice": Format(
+        "ssa-choice",
+        lambda question, candidates, style, weights: render_choice_prompt(
+            question, candidates, style=style, weights=weights
+        ),
+        lambda text: text.strip()[:1] or None,  # the letter (the options live in the prompt)
+        lambda text: text.strip()[:1] in LETTERS and len(text.strip()) == 1,
+        lambda gold, answers, _answer_only: choice_target(gold, answers),
     ),
     "gsr": Format(
         "gsr",

@@ -1,5 +1,6 @@
 from aggregate_graph.aggregators.base import AggregationError, Aggregator
 from aggregate_graph.aggregators.best_of_n import BestOfN, score_from_params
+from aggregate_graph.aggregators.choice import SSAChoiceAggregator, render_choice_prompt
 from aggregate_graph.aggregators.gsr import GSRAggregator, parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.llm import LLMAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
@@ -21,6 +22,7 @@ __all__ = [
     "Medoid",
     "RecursiveAggregator",
     "SSAAggregator",
+    "SSAChoiceAggregator",
     "SSAStyle",
     "StructuredVote",
     "USCAggregator",
@@ -29,6 +31,7 @@ __all__ = [
     "parse_gsr_output",
     "parse_ssa_output",
     "parse_usc_choice",
+    "render_choice_prompt",
     "render_gsr_prompt",
     "render_ssa_prompt",
     "render_usc_prompt",

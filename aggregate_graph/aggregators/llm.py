@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 import time
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import MappingProxyType
+from typing import Any, ClassVar
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -90,6 +91,7 @@ class LLMAggregator(Aggregator):
     """An aggregator that asks a chat model. Subclasses render the prompt and read the output."""
 
     name = "llm"
+    invoke_kwargs: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # call options (e.g. one token's logprobs)
 
     def __init__(
         self,
@@ -110,11 +112,15 @@ class LLMAggregator(Aggregator):
     @abstractmethod
     def decide(self, output: str, shown: list[Candidate]) -> Decision: ...
 
+    def decide_response(self, response: Any, shown: list[Candidate]) -> Decision:
+        """The decision from the model's whole response (a subclass may read its metadata: log-probabilities)."""
+        return self.decide(str(response.text) if isinstance(response, BaseMessage) else str(response), shown)
+
     def _aggregation(
         self, sample_set: SampleSet, shown: list[Candidate], response: Any, started: float, config: Any
     ) -> Aggregation:
         output = str(response.text) if isinstance(response, BaseMessage) else str(response)
-        decision = self.decide(output, shown)
+        decision = self.decide_response(response, shown)
         details = {
             "raw_output": output,
             "parse_status": decision.parse_status,
@@ -179,7 +185,7 @@ class LLMAggregator(Aggregator):
         if not shown:
             return self._fall_back(sample_set, {"parse_status": "no_candidates_to_show"}, None, started, config)
         try:
-            response = self.model.invoke(self.render(sample_set, shown), config)
+            response = self.model.invoke(self.render(sample_set, shown), config, **self.invoke_kwargs)
         except Exception as exc:
             return self._model_failed(sample_set, shown, exc, started, config)
         return self._aggregation(sample_set, shown, response, started, config)
@@ -189,7 +195,7 @@ class LLMAggregator(Aggregator):
         if not shown:
             return self._fall_back(sample_set, {"parse_status": "no_candidates_to_show"}, None, started, config)
         try:
-            response = await self.model.ainvoke(self.render(sample_set, shown), config)
+            response = await self.model.ainvoke(self.render(sample_set, shown), config, **self.invoke_kwargs)
         except Exception as exc:
             return self._model_failed(sample_set, shown, exc, started, config)
         return self._aggregation(sample_set, shown, response, started, config)

@@ -47,6 +47,8 @@ class _SamplingParams(BaseModel, frozen=True):
     max_new_tokens: PositiveInt
     seed: int | None
     """This call's own seed; the model's `seed` field seeds its stream of calls instead."""
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=64)] = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class _Completion:
     text: str
     output_tokens: int
     finish_reason: str
+    logprobs: dict[str, Any] | None = None
 
 
 class LocalChatModel(BaseChatModel):
@@ -144,7 +147,9 @@ class LocalChatModel(BaseChatModel):
         # LangChain routes invoke() through _stream whenever a streaming callback is
         # attached (e.g. LangGraph's "messages" stream mode). _stream yields a
         # single completion, so n > 1 must stay on _generate to keep all n.
-        return self._sampling_params(kwargs).n > 1 or super()._streaming_disabled(**kwargs)
+        # Log-probabilities come from the scores `generate` returns, so such calls stay there too.
+        params = self._sampling_params(kwargs)
+        return params.n > 1 or params.logprobs or super()._streaming_disabled(**kwargs)
 
     def _generate(
         self,
@@ -162,13 +167,20 @@ class LocalChatModel(BaseChatModel):
             # Greedy decoding yields n identical answers and transformers refuses
             # num_return_sequences > 1 without sampling, so decode once and repeat.
             with self._randomness(params.seed):
-                sequences = model.generate(
+                output = model.generate(
                     **inputs,
                     **self._generation_kwargs(params, stop, tokenizer),
                     num_return_sequences=params.n if sample else 1,
+                    output_scores=params.logprobs,
+                    return_dict_in_generate=True,
                 )
         eos_ids = _end_token_ids(model)
-        completions = [_complete(tokenizer, row[prompt_tokens:].tolist(), eos_ids, stop) for row in sequences]
+        completions = [
+            _complete(tokenizer, row[prompt_tokens:].tolist(), eos_ids, stop,
+                      _logprobs(tokenizer, output.scores, i, row[prompt_tokens:], params.top_logprobs)
+                      if params.logprobs else None)
+            for i, row in enumerate(output.sequences)
+        ]  # fmt: skip
         if not sample:
             completions *= params.n
 
@@ -233,7 +245,18 @@ class LocalChatModel(BaseChatModel):
     def _sampling_params(self, overrides: Mapping[str, Any]) -> _SamplingParams:
         # `stream` is LangChain's own switch between invoke and _stream; it has
         # already done its job by the time a call reaches this model.
-        unknown = set(overrides) - {"n", "temperature", "top_p", "max_new_tokens", "max_tokens", "seed", "stream"}
+        known = {
+            "n",
+            "temperature",
+            "top_p",
+            "max_new_tokens",
+            "max_tokens",
+            "seed",
+            "stream",
+            "logprobs",
+            "top_logprobs",
+        }
+        unknown = set(overrides) - known
         if unknown:
             raise TypeError(f"LocalChatModel got unsupported call options: {sorted(unknown)}")
         return _SamplingParams(
@@ -242,6 +265,8 @@ class LocalChatModel(BaseChatModel):
             top_p=overrides.get("top_p", self.top_p),
             max_new_tokens=overrides.get("max_new_tokens", overrides.get("max_tokens", self.max_new_tokens)),
             seed=overrides.get("seed"),
+            logprobs=bool(overrides.get("logprobs", False)),
+            top_logprobs=overrides.get("top_logprobs") or 0,
         )
 
     @contextmanager
@@ -330,6 +355,7 @@ class LocalChatModel(BaseChatModel):
             response_metadata={
                 "finish_reason": completion.finish_reason,
                 "model_name": self.model_name,
+                **({"logprobs": completion.logprobs} if completion.logprobs is not None else {}),
             },
         )
 
@@ -360,11 +386,33 @@ def _end_token_ids(model: PreTrainedModel) -> set[int]:
     return {i for i in ids if i is not None}
 
 
+def _logprobs(
+    tokenizer: PreTrainedTokenizerBase, scores: Sequence[torch.Tensor], row: int, generated: torch.Tensor, top: int
+) -> dict[str, Any]:
+    """One sequence's generated tokens with their log-probabilities and the `top` likeliest alternatives at each
+    step, in the OpenAI API's `logprobs` schema (what ChatOpenAI puts in `response_metadata["logprobs"]`)."""
+    import torch
+
+    content = []
+
+    def entry(token_id: int, logprob: float) -> dict[str, Any]:
+        token = tokenizer.decode([token_id])
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    for step, token in zip(scores, generated.tolist(), strict=False):
+        logprobs = torch.log_softmax(step[row].float(), dim=-1)
+        values, ids = logprobs.topk(top) if top else (logprobs[:0], logprobs[:0].long())
+        top_entries = [entry(i, v) for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
+        content.append(entry(token, float(logprobs[token])) | {"top_logprobs": top_entries})
+    return {"content": content}
+
+
 def _complete(
     tokenizer: PreTrainedTokenizerBase,
     generated: list[int],
     end_ids: set[int],
     stop: Sequence[str] | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> _Completion:
     body_len = next((i for i, token in enumerate(generated) if token in end_ids), len(generated))
     ended = body_len < len(generated)
@@ -373,11 +421,12 @@ def _complete(
     if cut is not None:
         # Decoding stopped right after the stop string; what follows in the row is
         # batch padding, not a generated EOS, so it is not counted.
-        return _Completion(text=text[:cut], output_tokens=body_len, finish_reason="stop")
+        return _Completion(text=text[:cut], output_tokens=body_len, finish_reason="stop", logprobs=logprobs)
     return _Completion(
         text=text,
         output_tokens=body_len + int(ended),
         finish_reason="stop" if ended else "length",
+        logprobs=logprobs,
     )
 
 

@@ -45,7 +45,7 @@ MAX_CHOICES_PER_REQUEST = 128
 
 # Request options that change what a client gets back and that this server cannot honour: refusing
 # them is better than an answer that silently ignores them (e.g. a tool call that never comes).
-_UNSUPPORTED = ("tools", "functions", "logprobs", "top_logprobs", "logit_bias", "response_format")
+_UNSUPPORTED = ("tools", "functions", "logit_bias", "response_format")
 
 _MESSAGE_TYPES: dict[str, type[BaseMessage]] = {
     "system": SystemMessage,
@@ -90,6 +90,8 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     stream: bool | None = None
     stream_options: _StreamOptions | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None  # OpenAI's limit
 
     def options(self) -> dict[str, Any]:
         """Call options for `LocalChatModel`, with OpenAI's defaults rather than the model's own."""
@@ -102,6 +104,8 @@ class ChatRequest(BaseModel):
         # max_completion_tokens is OpenAI's replacement for max_tokens; unset, the model's default applies.
         if (limit := self.max_completion_tokens or self.max_tokens) is not None:
             options["max_tokens"] = limit
+        if self.logprobs:
+            options.update(logprobs=True, top_logprobs=self.top_logprobs or 0)
         return options
 
     def stops(self) -> list[str] | None:
@@ -128,6 +132,12 @@ def parse_chat_request(body: dict[str, Any], served_model_name: str) -> ChatRequ
         )
     if chat.stream and (chat.n or 1) > 1:
         raise OpenAIError(400, "streaming returns one choice here; use n=1 or stream=false", param="n")
+    if chat.stream and chat.logprobs:
+        raise OpenAIError(
+            400, "log-probabilities are returned without streaming here; use stream=false", param="logprobs"
+        )
+    if chat.top_logprobs and not chat.logprobs:
+        raise OpenAIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     return chat
 
 
@@ -178,7 +188,7 @@ class LocalEngine:
             {
                 "index": i,
                 "message": {"role": "assistant", "content": g.message.text},
-                "logprobs": None,
+                "logprobs": g.message.response_metadata.get("logprobs"),
                 "finish_reason": g.message.response_metadata["finish_reason"],
             }
             for i, g in enumerate(result.generations[0])

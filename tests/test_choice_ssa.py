@@ -1,0 +1,156 @@
+"""The choice SSA: the candidates' distinct answers as lettered options, one generated letter, its probabilities
+calibrated and recorded, deferral to the vote when unsure, and sets with one answer never reaching the model.
+
+The wiring tests use a scripted chat model; the log-probabilities are checked on the real SmolLM2 (in-process and
+served by the local engine over HTTP with the real openai client, as vLLM serves them)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+
+from aggregate_graph import Candidate, SampleSet, SSAStyle, WeightedVote
+from aggregate_graph.aggregators.choice import (
+    SSAChoiceAggregator,
+    choice_distribution,
+    choice_target,
+    letter_logprobs,
+    option_groups,
+    render_choice_prompt,
+)
+
+STYLE = SSAStyle(max_candidate_tokens=24, tail_only=True, show_answers=True, show_tally=True)
+
+
+def sample_set(*answers: str | None, model: str = "m") -> SampleSet:
+    candidates = [
+        Candidate(index=i, text=f"Step one.\nSo the total is {a}.\n#### {a}" if a else "I am not sure.", answer=a,
+                  model=model)
+        for i, a in enumerate(answers)
+    ]  # fmt: skip
+    return SampleSet(question="How many apples are left?", gold="18", candidates=candidates)
+
+
+def reply(letter: str, logprobs: dict[str, float] | None) -> AIMessage:
+    meta: dict[str, Any] = {}
+    if logprobs is not None:
+        top = [{"token": t, "logprob": v} for t, v in sorted(logprobs.items(), key=lambda kv: -kv[1])]
+        meta["logprobs"] = {"content": [{"token": letter, "logprob": top[0]["logprob"], "top_logprobs": top}]}
+    return AIMessage(content=letter, response_metadata=meta)
+
+
+class Scripted(GenericFakeChatModel):
+    """Replies in order and keeps every call's options (a real chat model gets them as request fields)."""
+
+    calls: list[dict[str, Any]]
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+        self.calls.append(kwargs)
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+def scripted(*replies: AIMessage) -> Scripted:
+    return Scripted(messages=iter(replies), calls=[])
+
+
+def test_options_are_the_distinct_answers_plurality_first() -> None:
+    answers = ["20", "18", "18.0", None, "20", "18", "7"]
+    assert option_groups(answers) == [[1, 2, 5], [0, 4], [6]]  # 18 (3 votes), 20 (2), 7; no answer is no option
+    assert option_groups(["5", "6"]) == [[0], [1]]  # a tie: the earlier candidate's answer first, as the vote
+    assert choice_target("18", answers) == "A" and choice_target("7", answers) == "C"
+    assert choice_target("99", answers) is None  # no option to choose: build drops such a set
+
+
+def test_prompt_shows_lettered_options_with_backing_and_mentions() -> None:
+    s = sample_set("18", "20", "18")
+    s.candidates[1].text = "There were 18 apples, minus nothing... no: 20.\n#### 20"
+    prompt = render_choice_prompt(s.question, s.candidates, style=STYLE)
+    assert "Solution 1:" in prompt and "Final: 20" in prompt
+    assert "A) 18: solutions 1, 3 (2 of 3); in the work of 1 other" in prompt
+    assert "B) 20: solution 2 (1 of 3)" in prompt
+    assert prompt.endswith("Which option is correct? Reply with its letter only.")
+    weights = WeightedVote({"good": 2.0, "bad": -1.0})
+    mixed = [c.model_copy(update={"model": m}) for c, m in zip(s.candidates, ["bad", "good", "bad"], strict=True)]
+    weighted = render_choice_prompt(s.question, mixed, style=STYLE, weights=weights)
+    assert "A) 18: solutions 1, 3 (2 of 3, weighted 2%)" in weighted and "weighted 98%" in weighted
+
+
+def test_decides_by_the_letters_probabilities_and_records_them() -> None:
+    model = scripted(reply("B", {"B": math.log(0.7), "A": math.log(0.2), "Z": math.log(0.1)}))
+    result = SSAChoiceAggregator(model, k=5).invoke(sample_set("20", "18", "20", "18", "18"))
+    assert result.answer == "20" and result.method == "ssa"  # B is 20 (2 votes), against the vote's 18
+    assert result.details["choice_probs"] == pytest.approx({"18": 2 / 9, "20": 7 / 9}, abs=1e-4)
+    assert result.details["parse_status"] == "parsed" and result.details["deferred"] is False
+    assert model.calls == [{"max_tokens": 1, "logprobs": True, "top_logprobs": 20}]
+    assert result.support == [0, 2] and "20" in result.text
+
+
+def test_unsure_defers_to_the_vote_and_says_so() -> None:
+    probs = {"B": math.log(0.55), "A": math.log(0.45)}
+    sure = SSAChoiceAggregator(scripted(reply("B", probs)), threshold=0.5).invoke(sample_set("18", "18", "20"))
+    assert sure.answer == "20"
+    unsure = SSAChoiceAggregator(scripted(reply("B", probs)), threshold=0.6).invoke(sample_set("18", "18", "20"))
+    assert unsure.answer == "18" and unsure.details["deferred"] is True
+    assert unsure.details["parse_status"] == "deferred" and unsure.details["fallback"] == "majority"
+    assert unsure.details["choice"] == "20" and unsure.details["confidence"] == pytest.approx(0.55, abs=1e-4)
+    # a temperature above 1 softens the model's probabilities (what calibration fits on validation)
+    assert choice_distribution({"A": 0.0, "B": -2.0}, 2.0)["A"] == pytest.approx(1 / (1 + math.exp(-1)))
+
+
+def test_one_answer_never_reaches_the_model() -> None:
+    model = scripted()
+    result = SSAChoiceAggregator(model).invoke(sample_set("18", "18.0", None, "18"))
+    assert result.answer == "18" and model.calls == []
+    assert result.details["skipped"] == "unanimous" and result.details["parse_status"] == "skipped"
+
+
+async def test_async_and_a_server_without_logprobs() -> None:
+    result = await SSAChoiceAggregator(scripted(reply("B", None))).ainvoke(sample_set("18", "18", "20"))
+    assert result.answer == "20" and result.details["confidence"] is None  # the letter it wrote
+    bad = await SSAChoiceAggregator(scripted(reply("Q", None))).ainvoke(sample_set("18", "18", "20"))
+    assert bad.answer == "18" and bad.details["parse_status"] == "no_choice" and bad.details["fallback"] == "majority"
+
+
+def test_bad_settings_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="1 to 8 candidates"):
+        SSAChoiceAggregator(scripted(), k=9)
+    with pytest.raises(ValueError, match="threshold"):
+        SSAChoiceAggregator(scripted(), threshold=1.5)
+
+
+def test_letter_logprobs_read_the_openai_schema() -> None:
+    message = reply("A", {"A": -0.1, " B": -2.5, "x": -3.0})
+    assert letter_logprobs(message, "ABC") == {"A": -0.1, "B": -2.5, "C": -3.0}  # C absent: the smallest listed
+    assert letter_logprobs(AIMessage("A"), "AB") is None
+
+
+@pytest.mark.slow
+def test_real_smollm2_returns_logprobs_in_process_and_served(smollm2_dir: Path) -> None:
+    import openai
+
+    from aggregate_graph.local import LocalChatModel
+    from aggregate_graph.serve.local import create_app
+    from aggregate_graph.testing import running
+
+    model = LocalChatModel(temperature=0, dtype="float32")
+    message = model.invoke("Reply with the letter A.", max_tokens=1, logprobs=True, top_logprobs=5)
+    (first,) = message.response_metadata["logprobs"]["content"]
+    assert first["token"] == message.text and len(first["top_logprobs"]) == 5
+    values = [e["logprob"] for e in first["top_logprobs"]]
+    assert values == sorted(values, reverse=True) and first["logprob"] == pytest.approx(values[0])
+    assert sum(math.exp(v) for v in values) <= 1 + 1e-6
+
+    with running(create_app(smollm2_dir)) as url:
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        served = client.chat.completions.create(
+            model="aggregator", messages=[{"role": "user", "content": "Reply with the letter A."}],
+            max_tokens=1, temperature=0, logprobs=True, top_logprobs=5,
+        )  # fmt: skip
+    token = served.choices[0].logprobs.content[0]
+    assert token.token == first["token"] and len(token.top_logprobs) == 5
+    assert token.top_logprobs[0].logprob == pytest.approx(values[0], abs=1e-3)

@@ -1,0 +1,171 @@
+"""`aggregate-train calibrate`: a choice SSA's temperature and deferral threshold, fit on validation problems.
+
+The model runs once (threshold 0) on held-out problems drawn as users have them: each of several LMs' own
+candidates with sources anonymised (k from one model), mixed-source sets, and the GPT-3 systems' sets. The
+temperature minimises the negative log-likelihood of the right option; the threshold is the confidence below which
+the vote decides, chosen to maximise the mean gain over the vote across those rows while no row falls below it.
+Both are written into the model folder's aggregator.json (the runtime reads them there) and the table into
+calibration.json / calibration.md. The reserved problems are never read here.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from aggregate_graph import SampleSet, equivalent, read_sample_sets
+from aggregate_graph.aggregators import AggregationError
+from aggregate_graph.aggregators.choice import choice_distribution
+from aggregate_graph.registry import AGGREGATOR_FILE, load_trained_aggregator
+from training.data import anonymised, write_json
+from training.evaluate import subset
+
+TEMPERATURES = [round(0.5 + 0.1 * i, 1) for i in range(36)]  # 0.5 … 4.0
+THRESHOLDS = [round(0.02 * i, 2) for i in range(51)]  # 0 … 1
+
+
+@dataclass
+class CalibrateConfig:
+    model_dir: str = field(metadata={"help": "the trained choice SSA (sft's output or an export); updated in place"})
+    validation_sets: str = field(metadata={"help": "held-out sample sets: build's validation_sets.jsonl"})
+    lms: list[str] = field(
+        default_factory=lambda: ["code002", "text002", "text003", "gpt-3.5-turbo"],
+        metadata={"help": "one row each: that LM's own candidates, sources anonymised"},
+    )
+    k: int = 5
+    draws: int = 3
+    dtype: str = "auto"
+    concurrency: int = 1
+    seed: int = 0
+
+
+@dataclass
+class _Outcome:
+    """One set's decision inputs: the model's raw probability per answer (None: the model was skipped), whether
+    each answer is right, and whether the vote is."""
+
+    probs: dict[str, float] | None
+    right: dict[str, bool]
+    vote_right: bool
+
+
+def rows_of(sets: list[SampleSet], config: CalibrateConfig, rng: random.Random) -> dict[str, list[SampleSet]]:
+    """The validation rows, each a list of k-sets (draws × problems, candidates in a random order): per LM, its own
+    candidates with sources anonymised; per pool, its mixed-source sets."""
+    rows: dict[str, list[SampleSet]] = {}
+    for lm in config.lms:
+        own = [s.model_copy(update={"candidates": [c for c in s.candidates if c.model == lm]}) for s in sets]
+        rows[f"{lm}, anonymised"] = [subset(anonymised(s), config.k, rng, True) for _ in range(config.draws)
+                                     for s in own if len(s.candidates) > 1]  # fmt: skip
+    for source in sorted({str(s.metadata.get("source", "sets")) for s in sets}):
+        mixed = [
+            s for s in sets if s.metadata.get("source", "sets") == source and len({c.model for c in s.candidates}) > 1
+        ]
+        rows[f"{source}, mixed sources"] = [subset(s, config.k, rng, True) for _ in range(config.draws) for s in mixed]
+    return {name: row for name, row in rows.items() if row}
+
+
+def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
+    details = result.details
+    probs = details.get("choice_probs") if details.get("parse_status") != "skipped" else None
+    answers = list(probs) if probs else [result.answer]
+    return _Outcome(
+        probs=probs,
+        right={a: equivalent(a, sample_set.gold) for a in answers},
+        vote_right=equivalent(vote.answer, sample_set.gold),
+    )
+
+
+def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float) -> float:
+    correct = 0
+    for o in outcomes:
+        if not o.probs:
+            correct += o.vote_right
+            continue
+        logs = {a: math.log(max(p, 1e-12)) for a, p in o.probs.items()}
+        probs = choice_distribution(logs, temperature)
+        best = max(probs, key=lambda a: probs[a])
+        correct += o.right[best] if probs[best] >= threshold else o.vote_right
+    return 100.0 * correct / max(len(outcomes), 1)
+
+
+def nll(outcomes: list[_Outcome], temperature: float) -> float:
+    total, count = 0.0, 0
+    for o in outcomes:
+        if o.probs and any(o.right.values()):
+            logs = {a: math.log(max(p, 1e-12)) for a, p in o.probs.items()}
+            probs = choice_distribution(logs, temperature)
+            total -= math.log(max(sum(p for a, p in probs.items() if o.right[a]), 1e-12))
+            count += 1
+    return total / max(count, 1)
+
+
+def choose(rows: dict[str, list[_Outcome]], temperature: float) -> tuple[float, dict[str, dict[str, float]]]:
+    """The threshold with the largest mean gain over the vote across rows among those where no row loses (1.0,
+    always the vote, when none qualifies), and each row's accuracy at it."""
+    votes = {name: 100.0 * np.mean([o.vote_right for o in outs]) for name, outs in rows.items()}
+    best, best_gain = 1.0, 0.0
+    for threshold in THRESHOLDS:
+        gains = [accuracy(outs, temperature, threshold) - votes[name] for name, outs in rows.items()]
+        if min(gains) >= 0 and float(np.mean(gains)) > best_gain:
+            best, best_gain = threshold, float(np.mean(gains))
+    table = {
+        name: {
+            "sets": len(outs),
+            "vote": votes[name],
+            "model_always": accuracy(outs, temperature, 0.0),
+            "calibrated": accuracy(outs, temperature, best),
+            "reached_model": 100.0 * np.mean([o.probs is not None for o in outs]),
+        }
+        for name, outs in rows.items()
+    }
+    return best, table
+
+
+def markdown(table: dict[str, dict[str, float]], temperature: float, threshold: float) -> str:
+    lines = [f"Validation (never reserved problems): temperature {temperature}, threshold {threshold}", "",
+             "| row | sets | vote % | model always % | shipped (deferring) % | reached the model % |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in table.items():
+        lines.append(f"| {name} | {r['sets']} | {r['vote']:.1f} | {r['model_always']:.1f} | {r['calibrated']:.1f} "
+                     f"| {r['reached_model']:.0f} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def calibrate(config: CalibrateConfig) -> dict[str, Any]:
+    """Fit and record the temperature and threshold; returns the validation table."""
+    import json
+
+    folder = Path(config.model_dir)
+    record = json.loads((folder / AGGREGATOR_FILE).read_text(encoding="utf-8"))
+    if record.get("format") != "ssa-choice":
+        raise ValueError(f"{folder}: calibrate is for the choice SSA (format ssa-choice), not {record.get('format')!r}")
+    sets = [s for s in read_sample_sets(config.validation_sets) if s.gold is not None]
+    aggregator = load_trained_aggregator(folder, dtype=config.dtype, temperature=1.0, threshold=0.0)
+    vote = aggregator.fallback
+    rows: dict[str, list[_Outcome]] = {}
+    for name, row_sets in rows_of(sets, config, random.Random(config.seed)).items():
+        results = aggregator.batch(row_sets, config={"max_concurrency": config.concurrency}, return_exceptions=True)
+        outs = []
+        for s, result in zip(row_sets, tqdm(results, desc=name, leave=False), strict=True):
+            if isinstance(result, AggregationError):
+                continue  # no candidate stated an answer: neither the model nor the vote decides
+            if isinstance(result, Exception):
+                raise result
+            outs.append(outcome(s, result, vote.invoke(s)))
+        rows[name] = outs
+    all_outcomes = [o for outs in rows.values() for o in outs]
+    temperature = min(TEMPERATURES, key=lambda t: nll(all_outcomes, t))
+    threshold, table = choose(rows, temperature)
+    record |= {"temperature": temperature, "threshold": threshold}
+    write_json(folder / AGGREGATOR_FILE, record)
+    result = {"temperature": temperature, "threshold": threshold, "rows": table, "config": asdict(config)}
+    write_json(folder / "calibration.json", result)
+    (folder / "calibration.md").write_text(markdown(table, temperature, threshold), encoding="utf-8")
+    return result
