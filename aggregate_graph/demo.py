@@ -83,8 +83,16 @@ def run_demo(sample_sets: Sequence[SampleSet], aggregators: Mapping[str, Runnabl
             note = f"backed by {len(result.support)} of {len(sample_set.candidates)}"
             if result.tie:
                 note += f", tie between {', '.join(result.tie)} broken by candidate order"
-            if fallback := result.details.get("fallback"):
+            status, fallback = result.details.get("parse_status"), result.details.get("fallback")
+            if status == "skipped":
+                note += ", one answer: the model was not asked"
+            elif status == "deferred":
+                unsure = f"{result.details['confidence']:.0%} on {result.details['choice']}"
+                note += f", model unsure ({unsure}): {fallback} decided"
+            elif fallback:
                 note += f", model output unusable: fell back to {fallback}"
+            if probs := result.details.get("choice_probs"):
+                note += ", model: " + ", ".join(f"{a} {p:.0%}" for a, p in sorted(probs.items(), key=lambda x: -x[1]))
             print(f"  {label:<{width}} {result.answer or '—':>10} {'✓' if ok else '✗'}  ({note})", file=out)
         print(f"  {'gold':<{width}} {gold or '—':>10}", file=out)
     n = len(sample_sets)

@@ -1,94 +1,122 @@
-"""The shipped SSA on this CPU, in-process: what precision and thread count cost or buy.
+"""The shipped SSA on this CPU, in-process: latency per k=5 set, how many sets skip the model, accuracy.
 
-    python benchmarks/ssa_inference.py [--sets 60] [--dtypes float32 bfloat16 int8] [--threads 1 2]
+    python benchmarks/ssa_inference.py [--sets 60] [--dtypes auto float32] [--threads 2]
 
-For each setting: prefill tokens/s (one forward pass over a compact k=5 prompt), milliseconds per generated token,
-median latency of a whole aggregation (prompt + answer), and accuracy and parse rate on k=5 draws from the
-build's *validation* problems (never the reserved ones), with majority vote on the same draws for reference.
-All rows are measured in one run, so their ratios compare like with like.
+Sets are k=5 draws from the shipped build's *validation* problems (never the reserved ones): one LM's own five
+candidates with sources anonymised (code002: the case of a user sampling one model), and mixed-source draws from
+the 30-config pool. For each setting: median seconds per set (all sets, and those that reached the model), the
+share that skipped the model (one distinct answer) and that deferred to the vote, and accuracy beside majority
+vote on the same draws. The `avx2` rows rerun the same code in a child process with torch, MKL and oneDNN held to
+AVX2 (`ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`, `ONEDNN_MAX_CPU_ISA`), the closest this machine gets to
+an AVX2-only one (dtype auto is then float32: no native bf16). All rows are measured in one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
+
+import yaml
 
 from aggregate_graph import MajorityVote, SampleSet, equivalent
 from aggregate_graph.registry import SHIPPED_SSA, load_trained_aggregator
 from training.build import split_problems
-from training.data import load_sample_sets, problem_key
+from training.data import anonymised, load_sample_sets, problem_key
+from training.evaluate import subset
 
 K = 5
+BUILD = Path(__file__).parents[1] / "training" / "configs" / "ssa_choice_build.yaml"
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
-def validation_draws(count: int, seed: int = 0) -> list[SampleSet]:
-    """k=5 draws from the problems the shipped model's build held out (its seed and validation fraction)."""
-    sets = [s for s in load_sample_sets("faithful_cot", problems="unreserved") if s.gold is not None]
-    held_out = split_problems([problem_key(s) for s in sets], 0.15, random.Random(0))
+def validation_draws(count: int, seed: int = 0) -> dict[str, list[SampleSet]]:
+    """k=5 draws from the problems the shipped model's build held out (its sources, seed and fraction)."""
+    build = yaml.safe_load(BUILD.read_text())
+    sets = [s for s in load_sample_sets(build["sample_sets"], problems="unreserved") if s.gold is not None]
+    keys = [problem_key(s) for s in sets]
+    held_out = split_problems(keys, build["validation_fraction"], random.Random(build["seed"]))
+    faithful = [s for s in sets if problem_key(s) in held_out and s.metadata.get("source") == "faithful_cot_gsm8k"]
     rng = random.Random(seed)
-    chosen = rng.sample([s for s in sets if problem_key(s) in held_out], count)
-    return [s.model_copy(update={"candidates": sorted(rng.sample(s.candidates, K), key=lambda c: c.index)})
-            for s in chosen]  # fmt: skip
+    chosen = rng.sample(faithful, count)
+    one_lm = [anonymised(s.model_copy(update={"candidates": [c for c in s.candidates if c.model == "code002"]}))
+              for s in chosen]  # fmt: skip
+    return {
+        "code002 ×5, anonymised": [subset(s, K, rng, True) for s in one_lm],
+        "30-config pool, k=5": [subset(s, K, rng, True) for s in chosen],
+    }
 
 
-def measure(dtype: str, threads: int, draws: list[SampleSet]) -> dict[str, float]:
+def measure(dtype: str, threads: int, sets: int) -> dict[str, dict[str, float]]:
     import torch
 
     torch.set_num_threads(threads)
     aggregator = load_trained_aggregator(SHIPPED_SSA, dtype=dtype)
-    chat = aggregator.model
-    chat.load()
-    prompt = aggregator.render(draws[0], draws[0].candidates)
-    tokenizer, model = chat._load()  # the loaded weights, to time prefill apart from decoding
-    encoded = chat._encode(tokenizer, prompt)
-    with torch.inference_mode():
-        model(**encoded)  # warm-up
-        started = time.perf_counter()
-        for _ in range(3):
-            model(**encoded)
-        prefill_s = (time.perf_counter() - started) / 3
-        new = 16
-        started = time.perf_counter()
-        model.generate(**encoded, max_new_tokens=new, min_new_tokens=new, do_sample=False)
-        per_token_s = max(time.perf_counter() - started - prefill_s, 0) / new
-    latencies, right, parsed = [], 0, 0
-    for s in draws:
-        started = time.perf_counter()
-        result = aggregator.invoke(s)
-        latencies.append(time.perf_counter() - started)
-        right += equivalent(result.answer, s.gold)
-        parsed += result.details.get("parse_status") == "parsed"
-    return {
-        "prompt_tokens": encoded["input_ids"].shape[1],
-        "prefill_tok_s": encoded["input_ids"].shape[1] / prefill_s,
-        "ms_per_token": 1000 * per_token_s,
-        "latency_s": statistics.median(latencies),
-        "accuracy": 100 * right / len(draws),
-        "parsed": 100 * parsed / len(draws),
-    }
+    aggregator.model.load()
+    rows = {}
+    for name, draws in validation_draws(sets).items():
+        aggregator.invoke(draws[0])  # warm-up: the first call pays one-off costs (math-verify, kernels)
+        latencies, called, right, skipped, deferred = [], [], 0, 0, 0
+        for s in draws:
+            started = time.perf_counter()
+            result = aggregator.invoke(s)
+            latencies.append(time.perf_counter() - started)
+            right += equivalent(result.answer, s.gold)
+            status = result.details.get("parse_status")
+            skipped += status == "skipped"
+            deferred += status == "deferred"
+            if status != "skipped":
+                called.append(latencies[-1])
+        majority = sum(equivalent(MajorityVote().invoke(s).answer, s.gold) for s in draws)
+        rows[name] = {
+            "latency_s": statistics.median(latencies),
+            "model_latency_s": statistics.median(called) if called else float("nan"),
+            "skipped": 100 * skipped / len(draws),
+            "deferred": 100 * deferred / len(draws),
+            "accuracy": 100 * right / len(draws),
+            "majority": 100 * majority / len(draws),
+        }
+    return rows
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sets", type=int, default=60)
-    p.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "int8"])
-    p.add_argument("--threads", type=int, nargs="+", default=[2, 1])
+    p.add_argument("--dtypes", nargs="+", default=["auto", "float32"])
+    p.add_argument("--threads", type=int, nargs="+", default=[2])
+    p.add_argument("--avx2", action=argparse.BooleanOptionalAction, default=True, help="also the AVX2-held rows")
+    p.add_argument("--child", help=argparse.SUPPRESS)  # dtype,threads: measure one setting and print JSON
     args = p.parse_args()
-    draws = validation_draws(args.sets)
-    majority = 100 * sum(equivalent(MajorityVote().invoke(s).answer, s.gold) for s in draws) / len(draws)
-    rows = [(d, t, measure(d, t, draws)) for t in args.threads for d in args.dtypes]
-    base = rows[0][2]
-    print(f"\nShipped SSA (SmolLM2-135M + LoRA) in-process, k={K}, {len(draws)} validation draws "
-          f"(majority vote on them: {majority:.1f}%)")  # fmt: skip
-    print(f"{'dtype':<9} {'threads':>7} {'prefill tok/s':>13} {'ms/token':>9} {'s/set':>6} {'vs first':>9} "
-          f"{'accuracy':>9} {'parsed':>7}")  # fmt: skip
-    for dtype, threads, m in rows:
-        print(f"{dtype:<9} {threads:>7} {m['prefill_tok_s']:>13.0f} {m['ms_per_token']:>9.1f} {m['latency_s']:>6.2f} "
-              f"{base['latency_s'] / m['latency_s']:>8.2f}x {m['accuracy']:>8.1f}% {m['parsed']:>6.1f}%")  # fmt: skip
-    print(f"(prompt of the timed set: {base['prompt_tokens']} tokens)")
+    if args.child:
+        dtype, threads = args.child.split(",")
+        print(json.dumps(measure(dtype, int(threads), args.sets)))
+        return 0
+    settings = [(d, t, False) for t in args.threads for d in args.dtypes]
+    settings += [("auto", t, True) for t in args.threads] if args.avx2 else []
+    results = []
+    for dtype, threads, avx2 in settings:
+        env = os.environ | (AVX2 if avx2 else {})
+        done = subprocess.run([sys.executable, __file__, "--child", f"{dtype},{threads}", "--sets", str(args.sets)],
+                              env=env, capture_output=True, text=True, check=True)  # fmt: skip
+        results.append((dtype + (" (avx2)" if avx2 else ""), threads, json.loads(done.stdout.strip().splitlines()[-1])))
+    bf16 = "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+    print(f"\nShipped SSA (SmolLM2-135M + LoRA, choice) in-process, k={K}, {args.sets} validation draws per row; "
+          f"this CPU {'has' if bf16 else 'lacks'} avx512_bf16")  # fmt: skip
+    print(f"{'dtype':<16} {'threads':>7} {'sets':<24} {'s/set':>6} {'s/model set':>11} {'skipped':>8} "
+          f"{'deferred':>8} {'accuracy':>8} {'majority':>8} {'vs first':>8}")  # fmt: skip
+    first = results[0][2]
+    for dtype, threads, rows in results:
+        for name, m in rows.items():
+            ratio = first[name]["latency_s"] / m["latency_s"]
+            print(f"{dtype:<16} {threads:>7} {name:<24} {m['latency_s']:>6.2f} {m['model_latency_s']:>11.2f} "
+                  f"{m['skipped']:>7.0f}% {m['deferred']:>7.0f}% {m['accuracy']:>7.1f}% {m['majority']:>7.1f}% "
+                  f"{ratio:>7.2f}x")  # fmt: skip
     return 0
 
 

@@ -69,8 +69,9 @@ def main(argv: Sequence[str] | None = None) -> SampleSet:
     agg = sample_set.aggregation
     majority = MajorityVote().invoke(sample_set)
     loading = "" if args.base_url else ", the first call includes loading the model"
+    probs = ", ".join(f"{a}: {p:.0%}" for a, p in (agg.details.get("choice_probs") or {}).items())
     print(f"SSA wrote:     {agg.details.get('raw_output')!r} ({agg.details.get('parse_status')}, "
-          f"{agg.latency_s or 0:.1f} s{loading})")  # fmt: skip
+          f"{agg.latency_s or 0:.1f} s{loading}; its probabilities {probs or '—'})")  # fmt: skip
     print(f"SSA picks:     {agg.answer} ({mark(agg.answer)}), backed by candidates {agg.support}")
     print(f"majority vote: {majority.answer} ({mark(majority.answer)}), votes {majority.votes}")
     print(f"gold answer:   {GOLD}")

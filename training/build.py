@@ -227,6 +227,7 @@ def subset_examples(
                     "prompt": [{"role": "user", "content": prompt}],
                     "completion": [{"role": "assistant", "content": target}],
                     "gold": sample_set.gold,
+                    "answer_key": fmt.key(sample_set.gold, target),
                     "k": len(subset),
                     "hard": is_hard(subset, sample_set.gold),
                     "format": fmt.name,

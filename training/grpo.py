@@ -1,5 +1,6 @@
 """`aggregate-train grpo`: TRL's GRPOTrainer on `build`'s prompts. The reward is the runtime's grader
-(`answers.equivalent`) on the runtime's parse of the completion, plus a small reward for a well-formed output.
+(`answers.equivalent`, or for the choice SSA the right letter) on the runtime's parse of the completion, plus a
+small reward for a well-formed output.
 
 Rollouts run on the training model (CPU or GPU) or, with `use_vllm`, on vLLM: `vllm_mode=colocate` shares the
 training GPUs, `vllm_mode=server` talks to `trl vllm-serve` on other GPUs (README, "Training an aggregator").
@@ -13,7 +14,6 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from aggregate_graph import equivalent
 from training.modeling import (
     ModelArguments,
     TrainStepConfig,
@@ -46,18 +46,18 @@ class GRPOStepConfig(TrainStepConfig, GRPOConfig):
 
     def __post_init__(self) -> None:
         if self.remove_unused_columns:
-            raise ValueError("remove_unused_columns must stay false: the reward reads the `gold` column")
+            raise ValueError("remove_unused_columns must stay false: the reward reads the `answer_key` column")
         super().__post_init__()
 
 
 def rewards(fmt: Format, format_reward: float) -> list[Callable[..., list[float]]]:
-    """TRL reward functions: correctness (1.0 when the parsed answer is equivalent to `gold`) and format."""
+    """TRL reward functions: correctness (1.0 when the parsed answer matches the row's `answer_key`) and format."""
 
     def text(completion: Any) -> str:  # conversational completions are message lists
         return completion[-1]["content"] if isinstance(completion, list) else str(completion)
 
-    def correctness(completions: list[Any], gold: list[str], **_: Any) -> list[float]:
-        return [float(equivalent(fmt.answer(text(c)), g)) for c, g in zip(completions, gold, strict=True)]
+    def correctness(completions: list[Any], answer_key: list[str], **_: Any) -> list[float]:
+        return [float(fmt.same(fmt.answer(text(c)), key)) for c, key in zip(completions, answer_key, strict=True)]
 
     def well_formed(completions: list[Any], **_: Any) -> list[float]:
         return [format_reward * fmt.well_formed(text(c)) for c in completions]
@@ -69,7 +69,7 @@ def grpo(config: GRPOStepConfig, model: ModelArguments) -> dict[str, Any]:
     """Train, save the model (or adapter) and tokenizer to `output_dir`, and return the trainer's metrics."""
     from trl import GRPOTrainer, get_peft_config
 
-    train = load_split(config.data_dir, "train", ["prompt", "gold"])
+    train = load_split(config.data_dir, "train", ["prompt", "answer_key"])
     if train is None:
         raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
     # Continuing the SFT adapter keeps one adapter for export; a fresh LoRA is added only without one.

@@ -28,6 +28,9 @@ class Format:
     answer: Callable[[str], str | None]
     well_formed: Callable[[str], bool]
     target: Callable[[str, Sequence[str | None], bool], str | None]
+    key: Callable[[str, str], str] = lambda gold, _target: gold
+    """What a right output's parsed answer is (GRPO's reward compares with it): the gold answer, or the letter."""
+    same: Callable[[str | None, str], bool] = equivalent
 
 
 def _agreeing(gold: str, answers: Sequence[str | None]) -> list[int]:
@@ -92,6 +95,8 @@ FORMATS: dict[str, Format] = {
         lambda text: text.strip()[:1] or None,  # the letter (the options live in the prompt)
         lambda text: text.strip()[:1] in LETTERS and len(text.strip()) == 1,
         lambda gold, answers, _answer_only: choice_target(gold, answers),
+        key=lambda _gold, target: target,  # the right option's letter
+        same=lambda letter, key: letter == key,
     ),
     "gsr": Format(
         "gsr",
