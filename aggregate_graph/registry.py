@@ -27,12 +27,10 @@ from aggregate_graph.aggregators import (
 )
 
 AGGREGATOR_NAMES = ("majority", "weighted", "ssa", "gsr", "usc")
-MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {
-    "ssa": SSAAggregator,
-    "ssa-choice": SSAChoiceAggregator,  # the trained SSA that picks one of the candidates' answers by letter
-    "gsr": GSRAggregator,
-    "usc": USCAggregator,
-}
+MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
+# The formats a trained folder's aggregator.json may record: the model aggregators', and the choice SSA (the shipped
+# one: it picks one of the candidates' answers by letter), which is "ssa" by name.
+TRAINED_FORMATS: dict[str, type[Aggregator]] = {**MODEL_AGGREGATORS, "ssa-choice": SSAChoiceAggregator}
 AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
 SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
 """The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
@@ -71,7 +69,7 @@ def read_trained_record(folder: str | Path) -> dict[str, Any]:
             f"{folder}: no {AGGREGATOR_FILE} (a folder written by `aggregate-train build/sft/export`)"
         )
     record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") not in MODEL_AGGREGATORS:
+    if record.get("format") not in TRAINED_FORMATS:
         raise ValueError(f"{path}: unknown aggregator format {record.get('format')!r}")
     return record
 
@@ -98,7 +96,7 @@ def load_trained_aggregator(
                             max_tokens=max_tokens, dtype=dtype)  # fmt: skip
     if record["format"] not in ("ssa", "ssa-choice"):  # GSR / USC prompts are cut by the candidate budget alone
         options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
-        return MODEL_AGGREGATORS[record["format"]](model, **options)
+        return TRAINED_FORMATS[record["format"]](model, **options)
     if isinstance(weights, str | Path):
         weights = WeightedVote.load(weights)
     elif weights is None and record.get("weights"):
@@ -107,7 +105,7 @@ def load_trained_aggregator(
     if record["format"] == "ssa-choice":  # its calibration, fit on validation, travels with the weights
         options.setdefault("temperature", record.get("temperature", 1.0))
         options.setdefault("threshold", record.get("threshold", 0.0))
-    cls = MODEL_AGGREGATORS[record["format"]]
+    cls = TRAINED_FORMATS[record["format"]]
     return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 
 

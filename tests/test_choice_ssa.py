@@ -59,11 +59,17 @@ def scripted(*replies: AIMessage) -> Scripted:
 
 
 def test_options_are_the_distinct_answers_plurality_first() -> None:
-    answers = ["20", "18", "18.0", None, "20", "18", "7"]
-    assert option_groups(answers) == [[1, 2, 5], [0, 4], [6]]  # 18 (3 votes), 20 (2), 7; no answer is no option
-    assert option_groups(["5", "6"]) == [[0], [1]]  # a tie: the earlier candidate's answer first, as the vote
-    assert choice_target("18", answers) == "A" and choice_target("7", answers) == "C"
-    assert choice_target("99", answers) is None  # no option to choose: build drops such a set
+    s = sample_set("20", "18", "18.0", None, "20", "18", "7")
+    assert option_groups(s.candidates) == [[1, 2, 5], [0, 4], [6]]  # 18 (3 votes), 20 (2), 7; None is no option
+    assert option_groups(sample_set("5", "6").candidates) == [[0], [1]]  # a tie: the earlier candidate's first
+    assert choice_target("18", s.candidates) == "A" and choice_target("7", s.candidates) == "C"
+    assert choice_target("99", s.candidates) is None  # no option to choose: build drops such a set
+    # with vote weights, the options are in the weighted vote's order: A is what the fallback would answer
+    trusted = [c.model_copy(update={"model": "good" if c.answer == "20" else "bad"}) for c in s.candidates]
+    weights = WeightedVote({"good": 2.0, "bad": 0.5})
+    assert option_groups(trusted, weights) == [[0, 4], [1, 2, 5], [6]]
+    assert weights.invoke(SampleSet(question="q", candidates=trusted)).answer == "20"
+    assert choice_target("18", trusted, weights) == "B"
 
 
 def test_prompt_shows_lettered_options_with_backing_and_mentions() -> None:
@@ -77,7 +83,8 @@ def test_prompt_shows_lettered_options_with_backing_and_mentions() -> None:
     weights = WeightedVote({"good": 2.0, "bad": -1.0})
     mixed = [c.model_copy(update={"model": m}) for c, m in zip(s.candidates, ["bad", "good", "bad"], strict=True)]
     weighted = render_choice_prompt(s.question, mixed, style=STYLE, weights=weights)
-    assert "A) 18: solutions 1, 3 (2 of 3, weighted 2%)" in weighted and "weighted 98%" in weighted
+    assert "A) 20: solution 2 (1 of 3, weighted 98%)" in weighted  # the weighted vote's order
+    assert "B) 18: solutions 1, 3 (2 of 3, weighted 2%)" in weighted
 
 
 def test_decides_by_the_letters_probabilities_and_records_them() -> None:

@@ -146,10 +146,11 @@ def draw_subsets(sample_set: SampleSet, config: BuildConfig, rng: random.Random)
     return subsets
 
 
-def is_hard(subset: list[Candidate], gold: str) -> bool:
-    """The subset's majority answer is wrong (or there is none): aggregation has to beat the vote."""
+def is_hard(subset: list[Candidate], gold: str, weights: WeightedVote | None = None) -> bool:
+    """The subset's vote (weighted by `weights`, the tally the model is shown) is wrong, or there is none:
+    aggregation has to beat the vote."""
     try:
-        answer = MajorityVote().invoke(SampleSet(question="", candidates=subset)).answer
+        answer = (weights or MajorityVote()).invoke(SampleSet(question="", candidates=subset)).answer
     except AggregationError:
         return True
     return not equivalent(answer, gold)
@@ -211,7 +212,7 @@ def subset_examples(
             if len(group_equivalent([c.answer for c in subset if c.answer is not None])) < config.min_answers:
                 continue
             prompt = fmt.render(sample_set.question, subset, style, weights)
-            target = fmt.target(sample_set.gold, [c.answer for c in subset], config.answer_only_targets)
+            target = fmt.target(sample_set.gold, subset, config.answer_only_targets, weights)
             if target is None:  # the choice format: no option is the gold answer
                 continue
             if config.targets == "reference" and (target := reference_solution(sample_set)) is None:
@@ -229,7 +230,7 @@ def subset_examples(
                     "gold": sample_set.gold,
                     "answer_key": fmt.key(sample_set.gold, target),
                     "k": len(subset),
-                    "hard": is_hard(subset, sample_set.gold),
+                    "hard": is_hard(subset, sample_set.gold, weights),
                     "format": fmt.name,
                 }
             )

@@ -27,7 +27,7 @@ class Format:
     render: Callable[[str, Sequence[Candidate], SSAStyle, WeightedVote | None], str]
     answer: Callable[[str], str | None]
     well_formed: Callable[[str], bool]
-    target: Callable[[str, Sequence[str | None], bool], str | None]
+    target: Callable[[str, Sequence[Candidate], bool, WeightedVote | None], str | None]
     key: Callable[[str, str], str] = lambda gold, _target: gold
     """What a right output's parsed answer is (GRPO's reward compares with it): the gold answer, or the letter."""
     same: Callable[[str | None, str], bool] = equivalent
@@ -85,7 +85,7 @@ FORMATS: dict[str, Format] = {
         ),
         lambda text: parse_ssa_output(text).answer,
         lambda text: parse_ssa_output(text).status == "parsed",
-        ssa_target,
+        lambda gold, candidates, answer_only, _weights: ssa_target(gold, [c.answer for c in candidates], answer_only),
     ),
     "ssa-choice": Format(
         "ssa-choice",
@@ -94,7 +94,7 @@ FORMATS: dict[str, Format] = {
         ),
         lambda text: text.strip()[:1] or None,  # the letter (the options live in the prompt)
         lambda text: text.strip()[:1] in LETTERS and len(text.strip()) == 1,
-        lambda gold, answers, _answer_only: choice_target(gold, answers),
+        lambda gold, candidates, _answer_only, weights: choice_target(gold, candidates, weights),
         key=lambda _gold, target: target,  # the right option's letter
         same=lambda letter, key: letter == key,
     ),
@@ -105,7 +105,7 @@ FORMATS: dict[str, Format] = {
         ),
         parse_gsr_output,
         lambda text: parse_gsr_output(text) is not None,
-        gsr_target,
+        lambda gold, candidates, answer_only, _weights: gsr_target(gold, [c.answer for c in candidates], answer_only),
     ),
 }
 

@@ -4,7 +4,7 @@ one letter, so it can only pick an answer some candidate stated (refining is GSR
 The model's probabilities over the letters (from the first token's log-probabilities, softened by a temperature
 fit on validation) are the aggregation's `details["choice_probs"]`. When the top probability is below the
 aggregator's `threshold` (chosen on validation) it defers to the vote and says so; a set whose candidates all
-agree never reaches the model. `render_choice_prompt` and `choice_targets` are the only copies of the prompt and
+agree never reaches the model. `render_choice_prompt` and `choice_target` are the only copies of the prompt and
 the training target: `training` imports them, so the model is trained on exactly what it is served.
 """
 
@@ -38,24 +38,25 @@ CHOICE_INSTRUCTION = "Which option is correct? Reply with its letter only."
 QUESTION_TOKENS = 64  # the question's head: enough to say what is asked, little of the latency
 
 
-def option_groups(answers: Sequence[str | None]) -> list[list[int]]:
-    """The distinct answers as lists of positions, most votes first (ties: the earliest candidate first, as the
-    vote breaks them), so option A is the plurality's answer. `None` (no answer, an abstention) is no option."""
-    stated = [i for i, a in enumerate(answers) if a is not None]
-    classes = [[stated[j] for j in cls] for cls in group_equivalent([answers[i] for i in stated])]
-    return sorted(classes, key=lambda cls: (-len(cls), cls[0]))[: len(LETTERS)]
+def option_groups(candidates: Sequence[Candidate], weights: WeightedVote | None = None) -> list[list[int]]:
+    """The distinct answers as lists of positions in `candidates`, in the order the vote ranks them (`weights`'
+    weighted votes, else counts; ties: the earliest candidate first, as the vote breaks them), so option A is the
+    answer the vote — the aggregator's fallback — would give. Candidates that do not vote are no option."""
+    voters = [i for i, c in enumerate(candidates) if is_voter(c)]
+    classes = [[voters[j] for j in cls] for cls in group_equivalent([candidates[i].answer for i in voters])]
+
+    def score(cls: list[int]) -> float:
+        return sum(weights.weight_of(candidates[i]) for i in cls) if weights is not None else float(len(cls))
+
+    return sorted(classes, key=lambda cls: (-round(score(cls), 9), cls[0]))[: len(LETTERS)]
 
 
-def _answers(candidates: Sequence[Candidate]) -> list[str | None]:
-    return [c.answer if is_voter(c) else None for c in candidates]
-
-
-def choice_target(gold: str, answers: Sequence[str | None]) -> str | None:
+def choice_target(gold: str, candidates: Sequence[Candidate], weights: WeightedVote | None = None) -> str | None:
     """The letter of the option equivalent to `gold` (the SFT target), or None when no candidate reached it."""
     from aggregate_graph.answers import equivalent
 
-    for letter, cls in zip(LETTERS, option_groups(answers), strict=False):
-        if equivalent(answers[cls[0]], gold):
+    for letter, cls in zip(LETTERS, option_groups(candidates, weights), strict=False):
+        if equivalent(candidates[cls[0]].answer, gold):
             return letter
     return None
 
@@ -91,7 +92,7 @@ def render_choice_prompt(
                                      chars_per_token=style.chars_per_token))  # fmt: skip
         final = f"\nFinal: {neutralise(c.answer or 'none')}" if style.show_answers else ""
         blocks.append(f"Solution {i}:\n{text}{final}")
-    groups = option_groups(_answers(shown))
+    groups = option_groups(shown, weights)
     shares = None
     if style.show_tally and weights is not None and groups:
         shares = posterior([sum(weights.weight_of(shown[i]) for i in cls) for cls in groups])
@@ -167,7 +168,7 @@ class SSAChoiceAggregator(LLMAggregator):
         return self.decide_response(output, shown)
 
     def decide_response(self, response: Any, shown: list[Candidate]) -> Decision:
-        groups = option_groups(_answers(shown))
+        groups = option_groups(shown, self.weights)
         letters = LETTERS[: len(groups)]
         logprobs = letter_logprobs(response, letters)
         text = str(getattr(response, "text", response)).strip()
@@ -193,7 +194,7 @@ class SSAChoiceAggregator(LLMAggregator):
 
     def _one_answer(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None):  # type: ignore[no-untyped-def]
         """A set whose shown candidates state one answer (or none) is decided by the vote, without the model."""
-        if len(option_groups(_answers(shown))) > 1:
+        if len(option_groups(shown)) > 1:
             return None
         import time
 
