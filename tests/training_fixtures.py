@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aggregate_graph import Candidate, SampleSet
+from aggregate_graph import Candidate, SampleSet, SSAStyle
+from aggregate_graph.aggregators.choice import LETTERS, render_choice_prompt
 from aggregate_graph.aggregators.gsr import render_gsr_prompt
 from aggregate_graph.aggregators.ssa import render_ssa_prompt
 from training.targets import gsr_target, ssa_target
@@ -19,6 +20,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 WRONG = ["13", "7", "48", "35"]
+CHOICE_STYLE = SSAStyle(max_candidate_tokens=24, tail_only=True, show_answers=True, show_tally=True)
 # Questions differ only by a pair of words that all occur in every split, so held-out problems bring no token
 # the tiny model never trained on (an untrained embedding would derail it).
 COLOURS = ("red", "blue", "green", "grey", "pink", "gold", "black", "white")
@@ -48,7 +50,9 @@ def corpus(sets: list[SampleSet]) -> list[str]:
         texts.append(render_gsr_prompt(s.question, [c.text for c in s.candidates]))
         texts.append(ssa_target(s.gold, [c.answer for c in s.candidates]))
         texts.append(gsr_target(s.gold, [c.answer for c in s.candidates]))
+        texts.append(render_choice_prompt(s.question, s.candidates, style=CHOICE_STYLE))
     texts.append("<think>Most answers agree.</think> <answer>42</answer>")
+    texts += list(LETTERS)
     return texts
 
 

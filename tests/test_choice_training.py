@@ -1,0 +1,86 @@
+"""The choice SSA's training chain on CPU with a tiny Qwen2 built offline, every step through `aggregate-train`'s
+own entry point: build (lettered options, the right one's letter as the target) → sft → grpo (the reward: the
+right letter) → calibrate (temperature and threshold into aggregator.json) → export → the runtime decides with
+it, recording its probabilities."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from aggregate_graph import SampleSet, read_sample_sets
+from aggregate_graph.aggregators import SSAChoiceAggregator
+from aggregate_graph.registry import load_trained_aggregator
+from tests.test_training_chain import run
+from training.grpo import rewards
+from training.targets import FORMATS
+from tests.training_fixtures import CHOICE_STYLE, build_tiny_qwen2, corpus, toy_sample_sets
+
+pytestmark = pytest.mark.slow
+
+
+def disputed_sets(problems: int) -> list[SampleSet]:
+    """The toy sets with every wrong candidate answering 13: where 42 has one or two backers, the vote is wrong."""
+    sets = toy_sample_sets(problems)
+    for s in sets:
+        for c in s.candidates:
+            if c.answer != "42":
+                c.text, c.answer = "Working on it: the result is 13.\n#### 13", "13"
+    return sets
+
+
+def test_grpo_rewards_the_right_letter() -> None:
+    correctness, well_formed = rewards(FORMATS["ssa-choice"], format_reward=0.1)
+    completions = [[{"role": "assistant", "content": text}] for text in ("A", "B", " B", "B) 42")]
+    assert correctness(completions, answer_key=["A", "A", "B", "B"]) == [1.0, 0.0, 1.0, 1.0]
+    assert well_formed(completions) == [0.1, 0.1, 0.1, 0.0]  # one letter alone is the format
+
+
+def test_choice_chain_build_sft_grpo_calibrate_export(tmp_path: Path) -> None:
+    torch.set_num_threads(1)
+    sets = disputed_sets(32)
+    base = build_tiny_qwen2(tmp_path / "base", corpus(sets))
+    pool = tmp_path / "sets.jsonl"
+    pool.write_text("".join(s.model_dump_json() + "\n" for s in sets), encoding="utf-8")
+    data = tmp_path / "data"
+    style = {"max_candidate_tokens": CHOICE_STYLE.max_candidate_tokens, "tail_only": True, "show_answers": True,
+             "show_tally": True}  # fmt: skip
+    run("build", sample_sets=pool, output_dir=data, format="ssa-choice", k_min=2, k_max=5, subsets_per_problem=4,
+        within_model_subsets=2, min_answers=2, drop_unsolvable=True, hard_fraction=0.5, validation_fraction=0.25,
+        **style)  # fmt: skip
+    rows = [json.loads(line) for line in (data / "train.jsonl").read_text().splitlines()]
+    assert len(rows) >= 16 and all(r["completion"][0]["content"] in "ABCDE" for r in rows)
+    assert all(r["answer_key"] == r["completion"][0]["content"] for r in rows)  # GRPO's reward compares with it
+    assert all("Options:\nA) " in r["prompt"][0]["content"] for r in rows)
+
+    sft = tmp_path / "sft"
+    run("sft", model=base, data_dir=data, output_dir=sft, learning_rate=1e-2, max_steps=40,
+        per_device_train_batch_size=4, lora_r=32, lora_alpha=32, logging_steps=10, save_steps=20)  # fmt: skip
+    grpo = tmp_path / "grpo"
+    run("grpo", model=base, adapter=sft, data_dir=data, output_dir=grpo, num_generations=4,
+        per_device_train_batch_size=4, max_completion_length=2, temperature=1.0, max_steps=2, learning_rate=1e-4,
+        logging_steps=1, save_steps=2, beta=0.0)  # fmt: skip
+    logged = json.loads((grpo / "checkpoint-2" / "trainer_state.json").read_text())["log_history"]
+    graded = [entry for entry in logged if "rewards/correctness/mean" in entry]  # sampled letters were graded
+    assert graded and all(entry["rewards/well_formed/mean"] > 0 for entry in graded)  # and they were letters
+
+    validation = data / "validation_sets.jsonl"
+    run("calibrate", model_dir=grpo, validation_sets=validation, lms=["toy"], draws=2, dtype="float32")
+    record = json.loads((grpo / "aggregator.json").read_text())
+    assert record["format"] == "ssa-choice" and record["temperature"] > 0 and 0 <= record["threshold"] <= 1
+    table = json.loads((grpo / "calibration.json").read_text())["rows"]
+    assert set(table) == {"toy, anonymised"} and table["toy, anonymised"]["sets"] > 0
+
+    export = tmp_path / "export"
+    run("export", checkpoint=grpo, output_dir=export, merge=False)
+    aggregator = load_trained_aggregator(export, base_model=str(base), dtype="float32")
+    assert isinstance(aggregator, SSAChoiceAggregator) and aggregator.threshold == record["threshold"]
+    decided = [aggregator.invoke(s) for s in read_sample_sets(validation)]
+    asked = [a for a in decided if a.details["parse_status"] != "skipped"]
+    assert asked, [a.details for a in decided]
+    for a in asked:
+        assert a.details["parse_status"] in ("parsed", "deferred") and a.answer is not None
+        assert sum(a.details["choice_probs"].values()) == pytest.approx(1, abs=1e-3)
