@@ -18,7 +18,7 @@ from aggregate_graph.pools import FAITHFUL_COT_CONFIGS, is_reserved, load_faithf
 from training.build import split_problems
 from training.data import problem_key
 
-BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_smollm2_build.yaml"
+BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_choice_build.yaml"
 K = 5
 
 
@@ -51,7 +51,8 @@ def test_no_bundled_problem_is_reserved(bundled: list[SampleSet]):
 def test_bundled_problems_are_held_out_of_the_shipped_ssa_training(bundled: list[SampleSet], pool: list[SampleSet]):
     # build() splits the unreserved problems first thing with a fresh Random(seed): the same split, recomputed.
     config = yaml.safe_load(BUILD_CONFIG.read_text())
-    assert (config["sample_sets"], config["problems"]) == ("faithful_cot", "unreserved")
+    # the build's other pool (GPT-3 solutions) covers the same GSM8K test questions: the split is over these keys
+    assert (config["sample_sets"], config["problems"]) == ("faithful_cot+gpt3_solutions", "unreserved")
     reserved = reserved_questions()
     keys = [problem_key(s) for s in pool if not is_reserved(s, reserved) and s.gold is not None]
     held_out = split_problems(keys, config["validation_fraction"], random.Random(config["seed"]))
