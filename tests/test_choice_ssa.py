@@ -77,14 +77,17 @@ def test_prompt_shows_lettered_options_with_backing_and_mentions() -> None:
     s.candidates[1].text = "There were 18 apples, minus nothing... no: 20.\n#### 20"
     prompt = render_choice_prompt(s.question, s.candidates, style=STYLE)
     assert "Solution 1:" in prompt and "Final: 20" in prompt
-    assert "A) 18: solutions 1, 3 (2 of 3); in the work of 1 other" in prompt
-    assert "B) 20: solution 2 (1 of 3)" in prompt
+    assert "A) 18: solutions 1, 3 (2 of 3; 2 with work); in the work of 1 other" in prompt
+    assert "B) 20: solution 2 (1 of 3; 1 with work)" in prompt
     assert prompt.endswith("Which option is correct? Reply with its letter only.")
+    bare = s.model_copy(update={"candidates": [c.model_copy(update={"text": f"The answer is {c.answer}."})
+                                               for c in s.candidates]})  # fmt: skip
+    assert "A) 18: solutions 1, 3 (2 of 3; 0 with work)" in render_choice_prompt(s.question, bare.candidates, style=STYLE)
     weights = WeightedVote({"good": 2.0, "bad": -1.0})
     mixed = [c.model_copy(update={"model": m}) for c, m in zip(s.candidates, ["bad", "good", "bad"], strict=True)]
     weighted = render_choice_prompt(s.question, mixed, style=STYLE, weights=weights)
-    assert "A) 20: solution 2 (1 of 3, weighted 98%)" in weighted  # the weighted vote's order
-    assert "B) 18: solutions 1, 3 (2 of 3, weighted 2%)" in weighted
+    assert "A) 20: solution 2 (1 of 3, weighted 98%; 1 with work)" in weighted  # the weighted vote's order
+    assert "B) 18: solutions 1, 3 (2 of 3, weighted 2%; 2 with work)" in weighted
 
 
 def test_decides_by_the_letters_probabilities_and_records_them() -> None:

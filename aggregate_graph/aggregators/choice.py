@@ -61,6 +61,14 @@ def choice_target(gold: str, candidates: Sequence[Candidate], weights: WeightedV
     return None
 
 
+def shows_work(candidate: Candidate) -> bool:
+    """More than a bare answer: two or more lines, or over 80 characters (a bare "The answer is 4." is less often
+    right than a worked solution from the same model: measured on unreserved problems, discounting bare answers
+    alone lifts one-model votes by about 3 points)."""
+    text = candidate.text.strip()
+    return len(text) > 80 or len([line for line in text.splitlines() if line.strip()]) >= 2
+
+
 def _mentions(answer: str, text: str) -> bool:
     """Whether `answer` appears as a number or term inside `text` (another candidate's work)."""
     return re.search(rf"(?<![\w.]){re.escape(answer)}(?![\w]|\.\d)", text) is not None
@@ -74,7 +82,7 @@ def _option_line(letter: str, cls: list[int], shown: list[Candidate], shares: li
     )
     if shares is not None:
         line += f", weighted {round(100 * shares[rank])}%"
-    line += ")"
+    line += f"; {sum(shows_work(shown[i]) for i in cls)} with work)"
     others = sum(_mentions(answer, c.text) for i, c in enumerate(shown) if i not in cls)
     return line + (f"; in the work of {others} other{'s' if others > 1 else ''}" if others else "")
 
