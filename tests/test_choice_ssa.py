@@ -82,7 +82,8 @@ def test_prompt_shows_lettered_options_with_backing_and_mentions() -> None:
     assert prompt.endswith("Which option is correct? Reply with its letter only.")
     bare = s.model_copy(update={"candidates": [c.model_copy(update={"text": f"The answer is {c.answer}."})
                                                for c in s.candidates]})  # fmt: skip
-    assert "A) 18: solutions 1, 3 (2 of 3; 0 with work)" in render_choice_prompt(s.question, bare.candidates, style=STYLE)
+    bare_prompt = render_choice_prompt(s.question, bare.candidates, style=STYLE)
+    assert "A) 18: solutions 1, 3 (2 of 3; 0 with work)" in bare_prompt
     weights = WeightedVote({"good": 2.0, "bad": -1.0})
     mixed = [c.model_copy(update={"model": m}) for c, m in zip(s.candidates, ["bad", "good", "bad"], strict=True)]
     weighted = render_choice_prompt(s.question, mixed, style=STYLE, weights=weights)
