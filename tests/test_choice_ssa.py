@@ -109,6 +109,10 @@ def test_unsure_defers_to_the_vote_and_says_so() -> None:
     assert unsure.answer == "18" and unsure.details["deferred"] is True
     assert unsure.details["parse_status"] == "deferred" and unsure.details["fallback"] == "majority"
     assert unsure.details["choice"] == "20" and unsure.details["confidence"] == pytest.approx(0.55, abs=1e-4)
+    assert unsure.details["choice_logprobs"] == pytest.approx({"18": math.log(0.45), "20": math.log(0.55)})
+    certain = {"B": 0.0, "A": -50.0}  # threshold 1 is "always the vote", even for a probability that rounds to 1
+    always = SSAChoiceAggregator(scripted(reply("B", certain)), threshold=1.0).invoke(sample_set("18", "18", "20"))
+    assert always.answer == "18" and always.details["deferred"] is True
     # a temperature above 1 softens the model's probabilities (what calibration fits on validation)
     assert choice_distribution({"A": 0.0, "B": -2.0}, 2.0)["A"] == pytest.approx(1 / (1 + math.exp(-1)))
 

@@ -218,3 +218,13 @@ def test_bad_values_fail_in_post_init_before_a_model_loads(
 def test_build_config_checks_its_values_when_made() -> None:
     with pytest.raises(ValueError, match="k_min <= k_max"):
         main(["build", "--sample_sets", "missing.jsonl", "--output_dir", "out", "--k_min", "4", "--k_max", "3"])
+
+
+def test_pools_join_with_plus_but_a_config_named_nl_plus_sl_stays_one() -> None:
+    from training.data import load_sample_sets
+
+    joined = load_sample_sets("faithful_cot:gpt4_COT+gpt3_solutions", problems="unreserved")
+    sources = {s.metadata["source"] for s in joined}
+    assert len(sources) == 2 and len(joined) == 2 * 1055
+    one = load_sample_sets("faithful_cot:code002_COT,code002_NL+SL", limit=3)
+    assert [c.params["prompt"] for c in one[0].candidates] == ["COT", "NL+SL"]

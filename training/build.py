@@ -104,6 +104,8 @@ class BuildConfig:
             raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
         if self.gsr_plain_fraction > 0 and (self.format != "gsr" or not self.gsr_plain_fraction < 1):
             raise ValueError("gsr_plain_fraction is for --format gsr and must be below 1")
+        if self.format == "ssa-choice" and self.targets != "gold":
+            raise ValueError("the choice SSA's target is the right option's letter: targets must be gold")
         if self.targets == "teacher" and self.teacher_model is None:
             raise ValueError("targets=teacher needs --teacher_model (and --teacher_base_url for a served model)")
 
@@ -114,11 +116,12 @@ def _subset_sizes(config: BuildConfig, available: int) -> list[int]:
 
 
 def _distinct_subsets(
-    usable: list[Candidate], config: BuildConfig, wanted: int, rng: random.Random
+    usable: list[Candidate], config: BuildConfig, wanted: int, rng: random.Random, seen: set[tuple[int, ...]]
 ) -> list[list[Candidate]]:
+    """Up to `wanted` random k-subsets of `usable` not in `seen` (by position; `seen` is updated)."""
     if not usable or wanted < 1:
         return []
-    sizes, seen, subsets = _subset_sizes(config, len(usable)), set(), []
+    sizes, subsets = _subset_sizes(config, len(usable)), []
     for _ in range(wanted * 4):  # distinct subsets may be fewer than asked for
         chosen = tuple(sorted(rng.sample(range(len(usable)), rng.choice(sizes))))
         if chosen not in seen:
@@ -135,12 +138,14 @@ def draw_subsets(sample_set: SampleSet, config: BuildConfig, rng: random.Random)
     usable = [c for c in sample_set.succeeded if c.text.strip()]
     if config.k_min < 1:
         return []
-    subsets = _distinct_subsets(usable, config, config.subsets_per_problem, rng)
+    subsets = _distinct_subsets(usable, config, config.subsets_per_problem, rng, set())
     models = sorted({c.model for c in usable})
     by_model = {m: [c for c in usable if c.model == m] for m in models}
     eligible = [m for m in models if len(by_model[m]) >= max(config.k_min, 2)]
+    seen: dict[str, set[tuple[int, ...]]] = {m: set() for m in eligible}  # distinct within each model too
     for _ in range(config.within_model_subsets if eligible else 0):
-        for chosen in _distinct_subsets(by_model[rng.choice(eligible)], config, 1, rng):
+        model = rng.choice(eligible)
+        for chosen in _distinct_subsets(by_model[model], config, 1, rng, seen[model]):
             hidden = anonymised(SampleSet(question=sample_set.question, candidates=chosen))
             subsets.append(list(hidden.candidates))
     return subsets
@@ -260,6 +265,7 @@ def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int,
                     "prompt": [{"role": "user", "content": sample_set.question}],
                     "completion": [{"role": "assistant", "content": solution}],
                     "gold": sample_set.gold,
+                    "answer_key": sample_set.gold,
                     "k": 0,
                     "hard": False,
                     "format": "gsr",

@@ -22,9 +22,11 @@ from tqdm.auto import tqdm
 from aggregate_graph import SampleSet, equivalent, read_sample_sets
 from aggregate_graph.aggregators import AggregationError
 from aggregate_graph.aggregators.choice import choice_distribution
+from aggregate_graph.pools import is_reserved, reserved_questions
 from aggregate_graph.registry import AGGREGATOR_FILE, load_trained_aggregator
 from training.data import anonymised, write_json
 from training.evaluate import subset
+from training.export import base_model_of
 
 TEMPERATURES = [round(0.5 + 0.1 * i, 1) for i in range(36)]  # 0.5 … 4.0
 THRESHOLDS = [round(0.02 * i, 2) for i in range(51)]  # 0 … 1
@@ -38,6 +40,9 @@ class CalibrateConfig:
         default_factory=lambda: ["code002", "text002", "text003", "gpt-3.5-turbo"],
         metadata={"help": "one row each: that LM's own candidates, sources anonymised"},
     )
+    base_model: str | None = field(
+        default=None, metadata={"help": "the adapter's base model (default: the one it records, or SmolLM2)"}
+    )
     k: int = 5
     draws: int = 3
     dtype: str = "auto"
@@ -47,10 +52,10 @@ class CalibrateConfig:
 
 @dataclass
 class _Outcome:
-    """One set's decision inputs: the model's raw probability per answer (None: the model was skipped), whether
-    each answer is right, and whether the vote is."""
+    """One set's decision inputs: the model's letter log-probability per answer (None: the model was skipped),
+    whether each answer is right, and whether the vote is."""
 
-    probs: dict[str, float] | None
+    logprobs: dict[str, float] | None
     right: dict[str, bool]
     vote_right: bool
 
@@ -73,10 +78,10 @@ def rows_of(sets: list[SampleSet], config: CalibrateConfig, rng: random.Random) 
 
 def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
     details = result.details
-    probs = details.get("choice_probs") if details.get("parse_status") != "skipped" else None
-    answers = list(probs) if probs else [result.answer]
+    logprobs = details.get("choice_logprobs") if details.get("parse_status") != "skipped" else None
+    answers = list(logprobs) if logprobs else [result.answer]
     return _Outcome(
-        probs=probs,
+        logprobs=logprobs,
         right={a: equivalent(a, sample_set.gold) for a in answers},
         vote_right=equivalent(vote.answer, sample_set.gold),
     )
@@ -85,11 +90,10 @@ def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
 def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float) -> float:
     correct = 0
     for o in outcomes:
-        if not o.probs:
+        if not o.logprobs:
             correct += o.vote_right
             continue
-        logs = {a: math.log(max(p, 1e-12)) for a, p in o.probs.items()}
-        probs = choice_distribution(logs, temperature)
+        probs = choice_distribution(o.logprobs, temperature)
         best = max(probs, key=lambda a: probs[a])
         correct += o.right[best] if probs[best] >= threshold else o.vote_right
     return 100.0 * correct / max(len(outcomes), 1)
@@ -98,9 +102,8 @@ def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float) -> 
 def nll(outcomes: list[_Outcome], temperature: float) -> float:
     total, count = 0.0, 0
     for o in outcomes:
-        if o.probs and any(o.right.values()):
-            logs = {a: math.log(max(p, 1e-12)) for a, p in o.probs.items()}
-            probs = choice_distribution(logs, temperature)
+        if o.logprobs and any(o.right.values()):
+            probs = choice_distribution(o.logprobs, temperature)
             total -= math.log(max(sum(p for a, p in probs.items() if o.right[a]), 1e-12))
             count += 1
     return total / max(count, 1)
@@ -121,7 +124,7 @@ def choose(rows: dict[str, list[_Outcome]], temperature: float) -> tuple[float, 
             "vote": votes[name],
             "model_always": accuracy(outs, temperature, 0.0),
             "calibrated": accuracy(outs, temperature, best),
-            "reached_model": 100.0 * np.mean([o.probs is not None for o in outs]),
+            "reached_model": 100.0 * np.mean([o.logprobs is not None for o in outs]),
         }
         for name, outs in rows.items()
     }
@@ -146,8 +149,14 @@ def calibrate(config: CalibrateConfig) -> dict[str, Any]:
     record = json.loads((folder / AGGREGATOR_FILE).read_text(encoding="utf-8"))
     if record.get("format") != "ssa-choice":
         raise ValueError(f"{folder}: calibrate is for the choice SSA (format ssa-choice), not {record.get('format')!r}")
+    reserved = reserved_questions()
     sets = [s for s in read_sample_sets(config.validation_sets) if s.gold is not None]
-    aggregator = load_trained_aggregator(folder, dtype=config.dtype, temperature=1.0, threshold=0.0)
+    if any(is_reserved(s, reserved) for s in sets):
+        raise ValueError(f"{config.validation_sets} holds reserved problems: calibrate on validation problems only")
+    base = config.base_model or base_model_of(folder, None)
+    if base is not None and not Path(base).is_dir():  # a hub name recorded by peft: the embedded SmolLM2's
+        base = None
+    aggregator = load_trained_aggregator(folder, base_model=base, dtype=config.dtype, temperature=1.0, threshold=0.0)
     vote = aggregator.fallback
     rows: dict[str, list[_Outcome]] = {}
     for name, row_sets in rows_of(sets, config, random.Random(config.seed)).items():

@@ -54,7 +54,8 @@ class EvaluateConfig:
         default=False, metadata={"help": "hide the candidates' sources (one label): one model sampled n times"}
     )
     shuffle: bool = field(
-        default=False, metadata={"help": "each draw shows its candidates in a random order (ties break by it)"}
+        default=False,
+        metadata={"help": "each draw is a random k-subset (even with --draws 1) in a random order (ties break by it)"},
     )
     curve: bool = field(default=True, metadata={"help": "also the accuracy-against-k curve"})
     curve_ks: list[int] | None = field(default=None, metadata={"help": "k values of the curve (default: 1, 2, 4, …)"})

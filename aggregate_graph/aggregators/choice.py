@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -194,18 +195,19 @@ class SSAChoiceAggregator(LLMAggregator):
             "confidence": confidence,
             "threshold": self.threshold,
             "choice_probs": {answer_of[k]: round(p, 4) for k, p in probs.items()} if probs else None,
+            # the model's own letter log-probabilities, before the temperature: what calibration fits on
+            "choice_logprobs": {answer_of[k]: v for k, v in logprobs.items()} if logprobs else None,
         }
-        if confidence is not None and confidence < self.threshold:
+        if confidence is not None and (confidence < self.threshold or self.threshold >= 1):  # 1: always the vote
             return Decision(None, "", "deferred", details | {"deferred": True})
         backing = shown[groups[letters.index(chosen)][0]]
         return Decision(answer_of[chosen], backing.text, "parsed", details | {"deferred": False})
 
     def _one_answer(self, sample_set: SampleSet, shown: list[Candidate], config: RunnableConfig | None):  # type: ignore[no-untyped-def]
-        """A set whose shown candidates state one answer (or none) is decided by the vote, without the model."""
-        if len(option_groups(shown)) > 1:
+        """A set whose shown candidates state one answer (or none) is decided by the vote (over all of the set's
+        candidates, as when the model defers), without the model."""
+        if not shown or len(option_groups(shown)) > 1:  # none shown: `run` records that
             return None
-        import time
-
         details = {"parse_status": "skipped", "skipped": "unanimous", "candidates_shown": [c.index for c in shown]}
         return self._fall_back(sample_set, details, None, time.perf_counter(), config)
 

@@ -171,13 +171,13 @@ class LocalChatModel(BaseChatModel):
                     **inputs,
                     **self._generation_kwargs(params, stop, tokenizer),
                     num_return_sequences=params.n if sample else 1,
-                    output_scores=params.logprobs,
+                    output_logits=params.logprobs,  # the model's own logits, before sampling's processors
                     return_dict_in_generate=True,
                 )
         eos_ids = _end_token_ids(model)
         completions = [
             _complete(tokenizer, row[prompt_tokens:].tolist(), eos_ids, stop,
-                      _logprobs(tokenizer, output.scores, i, row[prompt_tokens:], params.top_logprobs)
+                      _logprobs(tokenizer, output.logits, i, row[prompt_tokens:], params.top_logprobs)
                       if params.logprobs else None)
             for i, row in enumerate(output.sequences)
         ]  # fmt: skip
@@ -387,10 +387,11 @@ def _end_token_ids(model: PreTrainedModel) -> set[int]:
 
 
 def _logprobs(
-    tokenizer: PreTrainedTokenizerBase, scores: Sequence[torch.Tensor], row: int, generated: torch.Tensor, top: int
+    tokenizer: PreTrainedTokenizerBase, logits: Sequence[torch.Tensor], row: int, generated: torch.Tensor, top: int
 ) -> dict[str, Any]:
-    """One sequence's generated tokens with their log-probabilities and the `top` likeliest alternatives at each
-    step, in the OpenAI API's `logprobs` schema (what ChatOpenAI puts in `response_metadata["logprobs"]`)."""
+    """One sequence's generated tokens with their log-probabilities under the model (its raw logits, not the
+    temperature- or top-p-processed scores: as OpenAI and vLLM report them) and the `top` likeliest alternatives at
+    each step, in the OpenAI API's `logprobs` schema (what ChatOpenAI puts in `response_metadata["logprobs"]`)."""
     import torch
 
     content = []
@@ -399,7 +400,7 @@ def _logprobs(
         token = tokenizer.decode([token_id])
         return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
 
-    for step, token in zip(scores, generated.tolist(), strict=False):
+    for step, token in zip(logits, generated.tolist(), strict=False):
         logprobs = torch.log_softmax(step[row].float(), dim=-1)
         values, ids = logprobs.topk(top) if top else (logprobs[:0], logprobs[:0].long())
         top_entries = [entry(i, v) for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
@@ -416,6 +417,8 @@ def _complete(
 ) -> _Completion:
     body_len = next((i for i, token in enumerate(generated) if token in end_ids), len(generated))
     ended = body_len < len(generated)
+    if logprobs is not None:  # the text's own tokens: not the end token, nor the batch padding after it
+        logprobs = {"content": logprobs["content"][:body_len]}
     text = tokenizer.decode(generated[:body_len], skip_special_tokens=True)
     cut = _first_stop(text, stop)
     if cut is not None:
