@@ -78,6 +78,7 @@ def test_choice_chain_build_sft_grpo_calibrate_export(tmp_path: Path) -> None:
     run("export", checkpoint=grpo, output_dir=export, merge=False)
     aggregator = load_trained_aggregator(export, base_model=str(base), dtype="float32")
     assert isinstance(aggregator, SSAChoiceAggregator) and aggregator.threshold == record["threshold"]
+    assert (export / "calibration.md").is_file()  # the validation table travels with the model
     decided = [aggregator.invoke(s) for s in read_sample_sets(validation)]
     asked = [a for a in decided if a.details["parse_status"] != "skipped"]
     assert asked, [a.details for a in decided]

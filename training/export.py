@@ -18,6 +18,7 @@ from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 RENDER_FILES = (AGGREGATOR_FILE, WEIGHTS_FILE)  # how the model's prompts are rendered, as trained
+CALIBRATION_FILES = ("calibration.json", "calibration.md")  # `calibrate`'s validation table, for the card
 
 
 @dataclass
@@ -113,9 +114,9 @@ def export(config: ExportConfig) -> Path:
         merged = PeftModel.from_pretrained(model, checkpoint).merge_and_unload()
         merged.save_pretrained(out)
         AutoTokenizer.from_pretrained(checkpoint, local_files_only=True).save_pretrained(out)
-        _copy(checkpoint, out, RENDER_FILES)
+        _copy(checkpoint, out, (*RENDER_FILES, *CALIBRATION_FILES))
     elif is_adapter:
-        _copy(checkpoint, out, (*ADAPTER_FILES, *RENDER_FILES))
+        _copy(checkpoint, out, (*ADAPTER_FILES, *RENDER_FILES, *CALIBRATION_FILES))
     else:  # a full fine-tune is servable as it is
         for item in checkpoint.iterdir():
             if item.is_file():
