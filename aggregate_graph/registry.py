@@ -105,6 +105,7 @@ def load_trained_aggregator(
     if record["format"] == "ssa-choice":  # its calibration, fit on validation, travels with the weights
         options.setdefault("temperature", record.get("temperature", 1.0))
         options.setdefault("threshold", record.get("threshold", 0.0))
+        options.setdefault("vote_weight", record.get("vote_weight", 0.0))
     cls = TRAINED_FORMATS[record["format"]]
     return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 

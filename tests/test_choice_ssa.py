@@ -117,6 +117,16 @@ def test_unsure_defers_to_the_vote_and_says_so() -> None:
     assert choice_distribution({"A": 0.0, "B": -2.0}, 2.0)["A"] == pytest.approx(1 / (1 + math.exp(-1)))
 
 
+def test_the_vote_can_weigh_in_beside_the_model() -> None:
+    even = {"A": math.log(0.5), "B": math.log(0.5)}  # the model cannot tell 18 (2 votes) from 20 (1)
+    result = SSAChoiceAggregator(scripted(reply("B", even)), vote_weight=1.0).invoke(sample_set("18", "18", "20"))
+    shares = result.details["vote_shares"]
+    assert shares == pytest.approx({"18": math.e / (math.e + 1), "20": 1 / (math.e + 1)})  # one-coin posterior
+    assert result.answer == "18" and result.details["choice_probs"]["18"] == pytest.approx(shares["18"], abs=1e-4)
+    with pytest.raises(ValueError, match="vote_weight"):
+        SSAChoiceAggregator(scripted(), vote_weight=-1)
+
+
 def test_one_answer_never_reaches_the_model() -> None:
     model = scripted()
     result = SSAChoiceAggregator(model).invoke(sample_set("18", "18.0", None, "18"))

@@ -2,9 +2,10 @@
 
 The model runs once (threshold 0) on held-out problems drawn as users have them: each of several LMs' own
 candidates with sources anonymised (k from one model), mixed-source sets, and the GPT-3 systems' sets. The
-temperature minimises the negative log-likelihood of the right option; the threshold is the confidence below which
+temperature and the vote's weight (the model's probabilities times the vote's, each to a power) minimise the
+negative log-likelihood of the right option; the threshold is the confidence below which
 the vote decides, chosen to maximise the mean gain over the vote across those rows while no row falls below it.
-Both are written into the model folder's aggregator.json (the runtime reads them there) and the table into
+All three are written into the model folder's aggregator.json (the runtime reads them there) and the table into
 calibration.json / calibration.md. The reserved problems are never read here.
 """
 
@@ -30,6 +31,7 @@ from training.export import base_model_of
 
 TEMPERATURES = [round(0.5 + 0.1 * i, 1) for i in range(36)]  # 0.5 … 4.0
 THRESHOLDS = [round(0.02 * i, 2) for i in range(51)]  # 0 … 1
+VOTE_WEIGHTS = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]  # how much the vote's own probabilities count beside the model's
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Outcome:
     whether each answer is right, and whether the vote is."""
 
     logprobs: dict[str, float] | None
+    vote: dict[str, float] | None
     right: dict[str, bool]
     vote_right: bool
 
@@ -82,48 +85,52 @@ def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
     answers = list(logprobs) if logprobs else [result.answer]
     return _Outcome(
         logprobs=logprobs,
+        vote=details.get("vote_shares") if logprobs else None,
         right={a: equivalent(a, sample_set.gold) for a in answers},
         vote_right=equivalent(vote.answer, sample_set.gold),
     )
 
 
-def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float) -> float:
+def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float, vote_weight: float = 0.0) -> float:
     correct = 0
     for o in outcomes:
         if not o.logprobs:
             correct += o.vote_right
             continue
-        probs = choice_distribution(o.logprobs, temperature)
+        probs = choice_distribution(o.logprobs, temperature, o.vote, vote_weight)
         best = max(probs, key=lambda a: probs[a])
-        correct += o.right[best] if probs[best] >= threshold else o.vote_right
+        correct += o.right[best] if probs[best] >= threshold and threshold < 1 else o.vote_right
     return 100.0 * correct / max(len(outcomes), 1)
 
 
-def nll(outcomes: list[_Outcome], temperature: float) -> float:
+def nll(outcomes: list[_Outcome], temperature: float, vote_weight: float = 0.0) -> float:
     total, count = 0.0, 0
     for o in outcomes:
         if o.logprobs and any(o.right.values()):
-            probs = choice_distribution(o.logprobs, temperature)
+            probs = choice_distribution(o.logprobs, temperature, o.vote, vote_weight)
             total -= math.log(max(sum(p for a, p in probs.items() if o.right[a]), 1e-12))
             count += 1
     return total / max(count, 1)
 
 
-def choose(rows: dict[str, list[_Outcome]], temperature: float) -> tuple[float, dict[str, dict[str, float]]]:
+def choose(
+    rows: dict[str, list[_Outcome]], temperature: float, vote_weight: float
+) -> tuple[float, dict[str, dict[str, float]]]:
     """The threshold with the largest mean gain over the vote across rows among those where no row loses (1.0,
     always the vote, when none qualifies), and each row's accuracy at it."""
     votes = {name: 100.0 * np.mean([o.vote_right for o in outs]) for name, outs in rows.items()}
     best, best_gain = 1.0, 0.0
     for threshold in THRESHOLDS:
-        gains = [accuracy(outs, temperature, threshold) - votes[name] for name, outs in rows.items()]
+        gains = [accuracy(outs, temperature, threshold, vote_weight) - votes[name] for name, outs in rows.items()]
         if min(gains) >= 0 and float(np.mean(gains)) > best_gain:
             best, best_gain = threshold, float(np.mean(gains))
     table = {
         name: {
             "sets": len(outs),
             "vote": votes[name],
-            "model_always": accuracy(outs, temperature, 0.0),
-            "calibrated": accuracy(outs, temperature, best),
+            "model_alone": accuracy(outs, temperature, 0.0),
+            "with_vote": accuracy(outs, temperature, 0.0, vote_weight),
+            "calibrated": accuracy(outs, temperature, best, vote_weight),
             "reached_model": 100.0 * np.mean([o.logprobs is not None for o in outs]),
         }
         for name, outs in rows.items()
@@ -131,13 +138,14 @@ def choose(rows: dict[str, list[_Outcome]], temperature: float) -> tuple[float, 
     return best, table
 
 
-def markdown(table: dict[str, dict[str, float]], temperature: float, threshold: float) -> str:
-    lines = [f"Validation (never reserved problems): temperature {temperature}, threshold {threshold}", "",
-             "| row | sets | vote % | model always % | shipped (deferring) % | reached the model % |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+def markdown(table: dict[str, dict[str, float]], temperature: float, vote_weight: float, threshold: float) -> str:
+    lines = [f"Validation (never reserved problems): temperature {temperature}, vote weight {vote_weight}, "
+             f"threshold {threshold}", "",
+             "| row | sets | vote % | model alone % | model × vote % | shipped (deferring) % | reached the model % |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in table.items():
-        lines.append(f"| {name} | {r['sets']} | {r['vote']:.1f} | {r['model_always']:.1f} | {r['calibrated']:.1f} "
-                     f"| {r['reached_model']:.0f} |")  # fmt: skip
+        lines.append(f"| {name} | {r['sets']} | {r['vote']:.1f} | {r['model_alone']:.1f} | {r['with_vote']:.1f} "
+                     f"| {r['calibrated']:.1f} | {r['reached_model']:.0f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -170,11 +178,13 @@ def calibrate(config: CalibrateConfig) -> dict[str, Any]:
             outs.append(outcome(s, result, vote.invoke(s)))
         rows[name] = outs
     all_outcomes = [o for outs in rows.values() for o in outs]
-    temperature = min(TEMPERATURES, key=lambda t: nll(all_outcomes, t))
-    threshold, table = choose(rows, temperature)
-    record |= {"temperature": temperature, "threshold": threshold}
+    temperature, vote_weight = min(((t, w) for t in TEMPERATURES for w in VOTE_WEIGHTS),
+                                   key=lambda tw: nll(all_outcomes, *tw))  # fmt: skip
+    threshold, table = choose(rows, temperature, vote_weight)
+    record |= {"temperature": temperature, "vote_weight": vote_weight, "threshold": threshold}
     write_json(folder / AGGREGATOR_FILE, record)
-    result = {"temperature": temperature, "threshold": threshold, "rows": table, "config": asdict(config)}
+    result = {"temperature": temperature, "vote_weight": vote_weight, "threshold": threshold, "rows": table,
+              "config": asdict(config)}  # fmt: skip
     write_json(folder / "calibration.json", result)
-    (folder / "calibration.md").write_text(markdown(table, temperature, threshold), encoding="utf-8")
+    (folder / "calibration.md").write_text(markdown(table, temperature, vote_weight, threshold), encoding="utf-8")
     return result

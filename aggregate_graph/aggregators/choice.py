@@ -104,7 +104,7 @@ def render_choice_prompt(
     groups = option_groups(shown, weights)
     shares = None
     if style.show_tally and weights is not None and groups:
-        shares = posterior([sum(weights.weight_of(shown[i]) for i in cls) for cls in groups])
+        shares = vote_shares(shown, groups, weights)
     options = [_option_line(letter, cls, shown, shares, rank)
                for rank, (letter, cls) in enumerate(zip(LETTERS, groups, strict=False))]  # fmt: skip
     head = fit_budget(question.strip(), QUESTION_TOKENS, chars_per_token=style.chars_per_token)
@@ -128,20 +128,32 @@ def letter_logprobs(response: Any, letters: str) -> dict[str, float] | None:
     return {letter: found.get(letter, floor) for letter in letters}
 
 
-def choice_distribution(logprobs: dict[str, float], temperature: float) -> dict[str, float]:
-    """Probabilities over the option letters: a softmax of their log-probabilities divided by `temperature`."""
-    top = max(logprobs.values())
-    weights = {k: math.exp((v - top) / temperature) for k, v in logprobs.items()}
+def choice_distribution(
+    logprobs: dict[str, float], temperature: float, vote: dict[str, float] | None = None, vote_weight: float = 0.0
+) -> dict[str, float]:
+    """Probabilities over the options: a softmax of the model's log-probabilities divided by `temperature`, plus
+    `vote_weight` times the log of the vote's own probability per option (`vote`; a product of the two experts,
+    both exponents fit on validation)."""
+    scores = {k: v / temperature + (vote_weight * math.log(max(vote[k], 1e-12)) if vote else 0.0)
+              for k, v in logprobs.items()}  # fmt: skip
+    top = max(scores.values())
+    weights = {k: math.exp(v - top) for k, v in scores.items()}
     total = sum(weights.values())
     return {k: w / total for k, w in weights.items()}
+
+
+def vote_shares(candidates: Sequence[Candidate], groups: list[list[int]], weights: WeightedVote | None) -> list[float]:
+    """The vote's probability that each option is right: the one-coin posterior of its (weighted) votes."""
+    return posterior([sum(weights.weight_of(candidates[i]) if weights else 1.0 for i in cls) for cls in groups])
 
 
 class SSAChoiceAggregator(LLMAggregator):
     """A trained SSA that chooses among the candidates' distinct answers (one generated letter).
 
-    `temperature` calibrates the model's letter probabilities and `threshold` is the confidence below which the
-    vote (`fallback`: the `WeightedVote` of `weights`, else majority) decides instead; both are fit on validation
-    and recorded with the trained model. A set with one distinct answer skips the model (`details["skipped"]`).
+    `temperature` calibrates the model's letter probabilities, `vote_weight` mixes in the vote's own probability of
+    each option (0: the model alone), and `threshold` is the confidence below which the vote (`fallback`: the
+    `WeightedVote` of `weights`, else majority) decides instead; all three are fit on validation and recorded with
+    the trained model. A set with one distinct answer skips the model (`details["skipped"]`).
     """
 
     name = "ssa"
@@ -155,18 +167,23 @@ class SSAChoiceAggregator(LLMAggregator):
         weights: WeightedVote | None = None,
         temperature: float = 1.0,
         threshold: float = 0.0,
+        vote_weight: float = 0.0,
         top_logprobs: int = 20,
         fallback: Aggregator | None = None,
         **kwargs,
     ) -> None:
         if not 1 <= k <= len(LETTERS):
             raise ValueError(f"the choice SSA shows 1 to {len(LETTERS)} candidates, got k={k}")
-        if temperature <= 0 or not 0 <= threshold <= 1:
-            raise ValueError(f"need temperature > 0 and 0 <= threshold <= 1, got {temperature}, {threshold}")
+        if temperature <= 0 or not 0 <= threshold <= 1 or vote_weight < 0:
+            raise ValueError(
+                f"need temperature > 0, 0 <= threshold <= 1 and vote_weight >= 0, got {temperature}, {threshold}, "
+                f"{vote_weight}"
+            )
         self.style = style or SSAStyle(max_candidate_tokens=24, tail_only=True, show_answers=True, show_tally=True)
         super().__init__(model, k=k, max_candidate_tokens=self.style.max_candidate_tokens,
                          fallback=fallback or weights or MajorityVote(), **kwargs)  # fmt: skip
         self.weights, self.temperature, self.threshold = weights, temperature, threshold
+        self.vote_weight = vote_weight
         # One letter, and the probabilities of all of them: the options the OpenAI API (and vLLM) take.
         self.invoke_kwargs = {"max_tokens": 1, "logprobs": True, "top_logprobs": top_logprobs}
 
@@ -185,8 +202,9 @@ class SSAChoiceAggregator(LLMAggregator):
             if not text[:1] or text[:1] not in letters:
                 return Decision(None, "", "no_choice", {})
             chosen, probs, confidence = text[:1], None, None
-        else:
-            probs = choice_distribution(logprobs, self.temperature)
+        shares = dict(zip(letters, vote_shares(shown, groups, self.weights), strict=True))
+        if logprobs is not None:
+            probs = choice_distribution(logprobs, self.temperature, shares, self.vote_weight)
             chosen = max(probs, key=lambda letter: probs[letter])
             confidence = probs[chosen]
         answer_of = {letter: normalize_answer(shown[c[0]].answer) for letter, c in zip(letters, groups, strict=True)}
@@ -197,6 +215,7 @@ class SSAChoiceAggregator(LLMAggregator):
             "choice_probs": {answer_of[k]: round(p, 4) for k, p in probs.items()} if probs else None,
             # the model's own letter log-probabilities, before the temperature: what calibration fits on
             "choice_logprobs": {answer_of[k]: v for k, v in logprobs.items()} if logprobs else None,
+            "vote_shares": {answer_of[k]: v for k, v in shares.items()},
         }
         if confidence is not None and (confidence < self.threshold or self.threshold >= 1):  # 1: always the vote
             return Decision(None, "", "deferred", details | {"deferred": True})
