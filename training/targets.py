@@ -13,7 +13,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from aggregate_graph import Candidate, SampleSet, WeightedVote, equivalent, extract_answer
-from aggregate_graph.aggregators.choice import LETTERS, choice_target, render_choice_prompt
+from aggregate_graph.aggregators.choice import choice_target, parse_choice, render_choice_prompt
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
 
@@ -92,8 +92,8 @@ FORMATS: dict[str, Format] = {
         lambda question, candidates, style, weights: render_choice_prompt(
             question, candidates, style=style, weights=weights
         ),
-        lambda text: text.strip()[:1] or None,  # the letter (the options live in the prompt)
-        lambda text: text.strip()[:1] in LETTERS and len(text.strip()) == 1,
+        parse_choice,  # the letter (the options live in the prompt)
+        lambda text: parse_choice(text) is not None and len(text.strip()) == 1,
         lambda gold, candidates, _answer_only, weights: choice_target(gold, candidates, weights),
         key=lambda _gold, target: target,  # the right option's letter
         same=lambda letter, key: letter == key,

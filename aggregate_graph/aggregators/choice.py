@@ -31,7 +31,7 @@ from aggregate_graph.aggregators.llm import (
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.aggregators.ssa import SSAStyle, _as_candidates
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior
-from aggregate_graph.answers import group_equivalent, normalize_answer
+from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 LETTERS = "ABCDEFGH"  # at most k = 8 candidates, so at most 8 distinct answers
@@ -54,8 +54,6 @@ def option_groups(candidates: Sequence[Candidate], weights: WeightedVote | None 
 
 def choice_target(gold: str, candidates: Sequence[Candidate], weights: WeightedVote | None = None) -> str | None:
     """The letter of the option equivalent to `gold` (the SFT target), or None when no candidate reached it."""
-    from aggregate_graph.answers import equivalent
-
     for letter, cls in zip(LETTERS, option_groups(candidates, weights), strict=False):
         if equivalent(candidates[cls[0]].answer, gold):
             return letter
@@ -109,6 +107,12 @@ def render_choice_prompt(
                for rank, (letter, cls) in enumerate(zip(LETTERS, groups, strict=False))]  # fmt: skip
     head = fit_budget(question.strip(), QUESTION_TOKENS, chars_per_token=style.chars_per_token)
     return "\n\n".join([f"Question: {head}", *blocks, "Options:\n" + "\n".join(options), CHOICE_INSTRUCTION])
+
+
+def parse_choice(text: str, letters: str = LETTERS) -> str | None:
+    """The option letter a reply names (its first character), or None when it names none of `letters`."""
+    letter = text.strip()[:1]
+    return letter if letter and letter in letters else None
 
 
 def letter_logprobs(response: Any, letters: str) -> dict[str, float] | None:
@@ -199,9 +203,9 @@ class SSAChoiceAggregator(LLMAggregator):
         logprobs = letter_logprobs(response, letters)
         text = str(getattr(response, "text", response)).strip()
         if logprobs is None:  # a server without log-probabilities: the letter it wrote, confidence unknown
-            if not text[:1] or text[:1] not in letters:
+            if (written := parse_choice(text, letters)) is None:
                 return Decision(None, "", "no_choice", {})
-            chosen, probs, confidence = text[:1], None, None
+            chosen, probs, confidence = written, None, None
         shares = dict(zip(letters, vote_shares(shown, groups, self.weights), strict=True))
         if logprobs is not None:
             probs = choice_distribution(logprobs, self.temperature, shares, self.vote_weight)
