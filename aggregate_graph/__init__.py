@@ -10,7 +10,8 @@ Read top-down, the package follows one answer: question → candidates → sampl
     aggregators/                SampleSet → Aggregation: votes (majority, weighted, tool calls, structured,
                                 medoid) and model-backed ones (SSA, GSR, USC, recursive)
     graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py its exceptions
-    node.py, chat_model.py      the graph as a node for your graph, and as a chat model for your agent
+    node.py, chat_model.py,     the graph as a node for your graph, as a chat model, and as a middleware for
+    middleware.py               `create_agent`
 
 Around it, the integrations: openai_compat/ (`wrap_openai` and the proxy), serve/ (serving an aggregator
 model: vLLM, or the local CPU engine), local/ (the embedded SmolLM2), registry.py and trained/ (named and
@@ -45,6 +46,7 @@ from aggregate_graph.chat_model import AggregatingChatModel
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import MSGPACK_TYPES, AggregateState, QuorumError, build_aggregate_graph
 from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
+from aggregate_graph.middleware import AggregationMiddleware
 from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
 from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
@@ -70,6 +72,7 @@ __all__ = [
     "AggregatingChatModel",
     "Aggregation",
     "AggregationError",
+    "AggregationMiddleware",
     "Aggregator",
     "BestOfN",
     "Candidate",

@@ -94,6 +94,33 @@ def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
     return n
 
 
+def check_options(
+    n: Any,
+    aggregator: Any,
+    min_candidates: int = 1,
+    adaptive: AdaptiveSampling | None = None,
+    fallback: Any = None,
+    max_n: int = MAX_CANDIDATES,
+) -> tuple[int, Runnable[SampleSet, Aggregation]]:
+    """The graph's options checked (each wrong one named, with what to give instead): `n`, and the aggregator
+    (MajorityVote when None)."""
+    n = check_n(n, max_n)
+    if not 1 <= min_candidates <= n:
+        raise ValueError(f"min_candidates must be between 1 and n={n}, got {min_candidates}")
+    if adaptive is not None and adaptive.min_agreeing > n:
+        raise ValueError(f"adaptive.min_agreeing={adaptive.min_agreeing} can never be reached with n={n}")
+    aggregator = aggregator if aggregator is not None else MajorityVote()
+    for role, value in (("aggregator", aggregator), ("fallback", fallback)):
+        if value is not None and not isinstance(value, Runnable):
+            got = (
+                f"the string {value!r} (by name: load_aggregator({value!r}))"
+                if isinstance(value, str)
+                else (type(value).__name__)
+            )
+            raise TypeError(f"{role} must be an Aggregator (a Runnable over a SampleSet), got {got}")
+    return n, aggregator
+
+
 class _SyncAsyncNode(Runnable[Any, Any]):
     """A node (or an edge's routing function) with a sync and an async body; without `afunc`, the sync body is
     quick, non-blocking work that runs on the event loop. LangGraph traces each node task itself; RunnableLambda
@@ -346,14 +373,7 @@ def build_aggregate_graph(
     finds no answer to decide on, `fallback` (the medoid candidate; None: raise) picks one.
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
     """
-    n = check_n(n, max_n)
-    if not 1 <= min_candidates <= n:
-        raise ValueError(f"min_candidates must be between 1 and n={n}, got {min_candidates}")
-    if adaptive is not None and adaptive.min_agreeing > n:
-        raise ValueError(f"adaptive.min_agreeing={adaptive.min_agreeing} can never be reached with n={n}")
-    aggregator = aggregator if aggregator is not None else MajorityVote()
-    if not isinstance(aggregator, Runnable):
-        raise TypeError(f"aggregator must be a Runnable over a SampleSet, got {type(aggregator).__name__}")
+    n, aggregator = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
     nodes = _Nodes(
         build_pool(model, system_prompts, temperatures),
         n,
@@ -400,5 +420,6 @@ __all__ = [
     "QuorumError",
     "build_aggregate_graph",
     "check_n",
+    "check_options",
     "last_turn",
 ]

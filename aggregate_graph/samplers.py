@@ -10,7 +10,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableBinding
-from langchain_core.runnables.config import merge_configs
+from langchain_core.runnables.config import merge_configs, var_child_runnable_config
 from pydantic import BaseModel, Field
 
 from aggregate_graph.answers import ABSTENTIONS, group_equivalent
@@ -49,10 +49,16 @@ def unbind(model: BaseChatModel | RunnableBinding) -> tuple[BaseChatModel, dict[
     kwargs: dict[str, Any] = {}
     config: dict[str, Any] = {}
     inner: Any = model
-    while isinstance(inner, RunnableBinding):
-        kwargs = {**inner.kwargs, **kwargs}
-        config = dict(merge_configs(inner.config, config))
-        inner = inner.bound
+    # merge_configs also mixes in the running call's config: a graph built inside a node (an aggregating chat
+    # model's first call in an agent) would keep that node's callbacks and metadata for every later request
+    token = var_child_runnable_config.set(None)
+    try:
+        while isinstance(inner, RunnableBinding):
+            kwargs = {**inner.kwargs, **kwargs}
+            config = dict(merge_configs(inner.config, config))
+            inner = inner.bound
+    finally:
+        var_child_runnable_config.reset(token)
     if not isinstance(inner, BaseChatModel):
         raise TypeError(
             "model must be a LangChain chat model (BaseChatModel), one bound with bind_tools / bind / with_config, "
