@@ -15,12 +15,12 @@ from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMidd
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
-from langchain_core.tools import tool
 from pydantic import BaseModel
 
 from aggregate_graph import AggregatingChatModel, AggregationMiddleware, MajorityVote, SampleSet
 from aggregate_graph.testing import tool_calls_reply
 from tests.conftest import chat
+from tests.test_agents import counting_multiply
 
 QUESTION = "What is 6 times 7?"
 
@@ -48,18 +48,6 @@ def agent_replies(body: dict[str, Any], sample_no: int) -> Any:
     if (body.get("response_format") or {}).get("type") == "json_schema":
         return json.dumps({"value": int(result)})
     return f"6 times 7 is {result}. The answer is {result}."
-
-
-def counting_multiply() -> tuple[Any, list[tuple[int, int]]]:
-    calls: list[tuple[int, int]] = []
-
-    @tool
-    def multiply(a: int, b: int) -> int:
-        """Multiply two integers."""
-        calls.append((a, b))
-        return a * b
-
-    return multiply, calls
 
 
 def test_the_voted_tool_call_runs_once_and_the_answer_uses_its_result(serve):
