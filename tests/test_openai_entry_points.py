@@ -1,7 +1,7 @@
 """Every entry point of a wrapped client aggregates or refuses — none sends an unaggregated request silently:
-`chat.completions.parse` / `.stream` aggregate; `responses`, legacy `completions`, Assistants runs and realtime
-sessions raise RequestError unless aggregation is off for the call. Also: the wrapped `create` keeps openai's
-signature, and one compiled graph serves every call of the same shape, each with its own request."""
+`chat.completions.parse` / `.stream` and `responses.create` / `.parse` / `.stream` aggregate; `responses.compact`, legacy
+`completions`, Assistants runs and realtime sessions raise RequestError unless aggregation is off for the call. Also: the wrapped `create` keeps openai's
+signature, and one compiled graph serves every call of the same shape, each with its own request.
 
 from __future__ import annotations
 
@@ -86,9 +86,7 @@ def test_parse_with_aggregation_off_is_openais_own_and_stream_aggregates(serve) 
 @pytest.mark.parametrize(
     ("entry_point", "call", "alternative"),
     [
-        ("responses.create", lambda c, **kw: c.responses.create(model="m", input="hi", **kw), "Responses API"),
-        ("responses.parse", lambda c, **kw: c.responses.parse(model="m", input="hi", **kw), "Responses API"),
-        ("responses.stream", lambda c, **kw: c.responses.stream(model="m", input="hi", **kw), "Responses API"),
+        ("responses.compact", lambda c, **kw: c.responses.compact(model="m", input="hi", **kw), "compaction"),
         ("completions.create", lambda c, **kw: c.completions.create(model="m", prompt="hi", **kw), "legacy"),
         (
             "beta.threads.runs.create_and_poll",
@@ -112,10 +110,10 @@ def test_other_entry_points_are_refused_unless_aggregation_is_off(serve, entry_p
 
 async def test_async_entry_points_are_refused_too(serve) -> None:
     wrapped = wrap_openai(client(serve(), AsyncOpenAI), n=3)
-    with pytest.raises(RequestError, match="Responses API"):
-        await wrapped.responses.create(model="m", input="hi")
+    with pytest.raises(RequestError, match="legacy completions"):
+        await wrapped.completions.create(model="m", prompt="hi")
     with pytest.raises(openai.NotFoundError):
-        await wrapped.responses.create(model="m", input="hi", extra_body=OFF)
+        await wrapped.completions.create(model="m", prompt="hi", extra_body=OFF)
 
 
 def test_realtime_sessions_and_raw_responses_wrapped_before_are_refused(serve) -> None:
@@ -123,14 +121,14 @@ def test_realtime_sessions_and_raw_responses_wrapped_before_are_refused(serve) -
     raw_responses = plain.responses.with_raw_response  # cached before wrapping: it must not keep the original
     wrapped = wrap_openai(plain, n=3)
     assert raw_responses is not wrapped.responses.with_raw_response
-    with pytest.raises(RequestError, match="Responses API"):
+    with pytest.raises(RequestError, match="with_raw_response"):
         wrapped.responses.with_raw_response.create(model="m", input="hi")
     for connect in (wrapped.responses.connect, wrapped.realtime.connect):
         with pytest.raises(RequestError, match=r"realtime session .* cannot be aggregated"):
             connect()
     copy = wrapped.with_options(timeout=5)  # a wrapped copy refuses the same
-    with pytest.raises(RequestError, match="Responses API"):
-        copy.responses.create(model="m", input="hi")
+    with pytest.raises(RequestError, match="legacy completions"):
+        copy.completions.create(model="m", prompt="hi")
 
 
 def test_the_patched_create_keeps_openais_signature_and_the_clients_type(serve) -> None:

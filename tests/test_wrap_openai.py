@@ -309,14 +309,14 @@ def test_timeouts_are_the_clients_own(serve) -> None:
         wrapped.chat.completions.create(model="m", messages=QUESTION, timeout=0.3)  # the call's own
     assert all(c.error.startswith("APITimeoutError") for c in caught.value.sample_set.candidates)
     # and the graph never cuts a call short of the client's whole retry cycle (3 × 600 s here)
+    from aggregate_graph.openai_compat.engine import ClientAggregator, client_methods
     from aggregate_graph.openai_compat.request import plan_request, split_options
-    from aggregate_graph.openai_compat.wrap import ClientCreate, CompletionsAggregator
 
-    engine = CompletionsAggregator(
-        ClientCreate(upstream, False),
+    engine = ClientAggregator(
+        client_methods(client(upstream)),
         n=2,
         aggregator="majority",
-        aggregator_create=None,
+        aggregator_client=None,
         aggregator_model=None,
         policy=None,
         client_timeout=600.0,

@@ -7,7 +7,8 @@ gave — not through a second client built from settings that would have to be c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,14 +54,12 @@ def current_call(key: str) -> CallSettings | None:
     return calls.get(key)
 
 
-def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
-    """A choice message's function tool calls as LangChain's: arguments parsed, or invalid when not a JSON
-    object (an `AIMessage` refuses a tool call whose arguments are a list or a number)."""
+def read_tool_calls(raw_calls: Iterable[dict[str, Any]]) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+    """Function calls in the wire form `{"id", "function": {"name", "arguments"}}` as LangChain's: arguments
+    parsed, or invalid when not a JSON object (an `AIMessage` refuses a tool call whose arguments are a list or
+    a number)."""
     calls, invalid = [], []
-    for raw in getattr(message, "tool_calls", None) or []:
-        if getattr(raw, "type", "function") != "function" or getattr(raw, "function", None) is None:
-            continue  # a custom tool's call has free-form input, not JSON arguments
-        raw_call = {"id": raw.id, "function": {"name": raw.function.name, "arguments": raw.function.arguments}}
+    for raw_call in raw_calls:
         try:
             parsed = parse_tool_call(raw_call, return_id=True)
         except OutputParserException as exc:
@@ -71,6 +70,16 @@ def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
         elif parsed is not None:
             calls.append(parsed)
     return calls, invalid
+
+
+def _tool_calls(message: Any) -> tuple[list[ToolCall], list[InvalidToolCall]]:
+    """A choice message's function tool calls as LangChain's (`read_tool_calls`). A custom tool's call has
+    free-form input, not JSON arguments: it is left out."""
+    return read_tool_calls(
+        {"id": raw.id, "function": {"name": raw.function.name, "arguments": raw.function.arguments}}
+        for raw in getattr(message, "tool_calls", None) or []
+        if getattr(raw, "type", "function") == "function" and getattr(raw, "function", None) is not None
+    )
 
 
 def _text(content: Any) -> str:
@@ -104,11 +113,13 @@ def _usage(usage: Any) -> UsageMetadata | None:
     return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
 
 
-class OpenAIClientChatModel(BaseChatModel):
-    """Calls `create` (an unwrapped `client.chat.completions.create`, sync or async) with `model`, the
-    converted messages and `request` (any other chat-completions options).
+class ClientChatModel(BaseChatModel):
+    """A LangChain chat model over one of an `openai` client's own generation methods (`create`, sync or async),
+    sending `model`, the call's messages and `request` (any other options of that API). Subclasses say how a
+    request body is made and how a response reads (`OpenAIClientChatModel`: chat completions;
+    `OpenAIResponsesChatModel`: the Responses API).
 
-    With `messages` set, those OpenAI-format messages are sent as they are instead of the converted input:
+    With `messages` set, those messages (or input items) are sent as they are instead of the converted input:
     `wrap_openai` passes the caller's own (images, tool calls and all) to every candidate request.
 
     With `call_key` set, a call's model, request and messages come from the `CallSettings` under that key of
@@ -122,13 +133,8 @@ class OpenAIClientChatModel(BaseChatModel):
     model: str
     request: dict[str, Any] = Field(default_factory=dict)
     messages: list[dict[str, Any]] | None = None
-    n: int = 1  # declares that this model takes `n`, so the graph asks for n candidates in one request
     call_key: str | None = None
     endpoint: str = ""  # the client's base URL: what the graph remembers a server's handling of `n` by
-
-    @property
-    def _llm_type(self) -> str:
-        return "openai-client"
 
     def _call(self) -> CallSettings:
         call = current_call(self.call_key) if self.call_key is not None else None
@@ -143,51 +149,17 @@ class OpenAIClientChatModel(BaseChatModel):
         # The base class drops llm_output; the graph reads each request's usage from it.
         return next((o for o in llm_outputs if o), {})
 
+    @abstractmethod
     def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-        kwargs.pop("stream", None)
-        call = self._call()
-        # normalized as LangChain's generate normalizes its input (again, on that path: it is idempotent)
-        sent = call.messages if call.messages is not None else convert_to_openai_messages(_normalize_messages(messages))
-        body = {**call.request, **kwargs, "model": call.model, "messages": sent}
-        if stop is not None:
-            body["stop"] = stop
-        if body.get("n") == 1:
-            body.pop("n")
-        return body
+        """The keyword arguments of one `create` call."""
 
+    @abstractmethod
     def _result(self, response: Any) -> ChatResult:
-        generations = []
-        usage = response.usage.model_dump() if response.usage is not None else None
-        llm_output = {"token_usage": usage, "model_name": response.model}
-        for i, choice in enumerate(response.choices):
-            meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
-            tool_calls, invalid_tool_calls = _tool_calls(choice.message)
-            message = AIMessage(
-                content=choice.message.content or "",
-                tool_calls=tool_calls,
-                invalid_tool_calls=invalid_tool_calls,
-                response_metadata=meta,
-                id=response.id,
-                # The request's usage, once: a request with n choices bills its prompt once.
-                usage_metadata=_usage(response.usage) if i == 0 else None,
-            )
-            generations.append(ChatGeneration(message=message, generation_info={"finish_reason": choice.finish_reason}))
-        return ChatResult(generations=generations, llm_output=llm_output)
+        """A response as LangChain's result (with the request's usage in `llm_output["token_usage"]`)."""
 
-    @staticmethod
-    def _reply(response: Any) -> Reply:
+    @abstractmethod
+    def _reply(self, response: Any) -> Reply:
         """What `_result` says of a response, in the form candidates are built from (`reply_of` of it)."""
-        usage = response.usage
-        choices = [
-            ReplyChoice(
-                _text(choice.message.content),
-                [dict(call) for call in _tool_calls(choice.message)[0]],
-                response.model,
-                choice.finish_reason,
-            )
-            for choice in response.choices
-        ]
-        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens) if usage else None)
 
     def observed(self, callbacks: Callbacks, kwargs: dict[str, Any]) -> bool:
         """Whether a call with these callbacks and generate keywords needs LangChain's own path (`RepliesDirectly`):
@@ -236,6 +208,61 @@ class OpenAIClientChatModel(BaseChatModel):
         if not self.is_async:
             return await super()._agenerate(messages, stop, run_manager, **kwargs)
         return self._result(await self.create(**self._body(messages, stop, kwargs)))
+
+
+class OpenAIClientChatModel(ClientChatModel):
+    """Calls `create` (an unwrapped `client.chat.completions.create`, sync or async) with `model`, the
+    converted messages and `request` (any other chat-completions options); see `ClientChatModel`."""
+
+    n: int = 1  # declares that this model takes `n`, so the graph asks for n candidates in one request
+
+    @property
+    def _llm_type(self) -> str:
+        return "openai-client"
+
+    def _body(self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs.pop("stream", None)
+        call = self._call()
+        # normalized as LangChain's generate normalizes its input (again, on that path: it is idempotent)
+        sent = call.messages if call.messages is not None else convert_to_openai_messages(_normalize_messages(messages))
+        body = {**call.request, **kwargs, "model": call.model, "messages": sent}
+        if stop is not None:
+            body["stop"] = stop
+        if body.get("n") == 1:
+            body.pop("n")
+        return body
+
+    def _result(self, response: Any) -> ChatResult:
+        generations = []
+        usage = response.usage.model_dump() if response.usage is not None else None
+        llm_output = {"token_usage": usage, "model_name": response.model}
+        for i, choice in enumerate(response.choices):
+            meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
+            tool_calls, invalid_tool_calls = _tool_calls(choice.message)
+            message = AIMessage(
+                content=choice.message.content or "",
+                tool_calls=tool_calls,
+                invalid_tool_calls=invalid_tool_calls,
+                response_metadata=meta,
+                id=response.id,
+                # The request's usage, once: a request with n choices bills its prompt once.
+                usage_metadata=_usage(response.usage) if i == 0 else None,
+            )
+            generations.append(ChatGeneration(message=message, generation_info={"finish_reason": choice.finish_reason}))
+        return ChatResult(generations=generations, llm_output=llm_output)
+
+    def _reply(self, response: Any) -> Reply:
+        usage = response.usage
+        choices = [
+            ReplyChoice(
+                _text(choice.message.content),
+                [dict(call) for call in _tool_calls(choice.message)[0]],
+                response.model,
+                choice.finish_reason,
+            )
+            for choice in response.choices
+        ]
+        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens) if usage else None)
 
     def _stream_body(
         self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]

@@ -1,7 +1,7 @@
-"""The wrapped client's other entry points: `chat.completions.parse` aggregates through the patched `create`;
-every other method that makes a model answer (`responses`, legacy `completions`, Assistants runs, agent and
-realtime sessions) is refused with a `RequestError` unless the call turns aggregation off — refused, never
-silently sent unaggregated.
+"""The wrapped client's other entry points: `chat.completions.parse` and `responses.parse` aggregate through the
+patched `create`s; every other method that makes a model answer (legacy `completions`, `responses.compact`, the
+beta Responses preview, Assistants runs, agent and realtime sessions) is refused with a `RequestError` unless the
+call turns aggregation off — refused, never silently sent unaggregated.
 """
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from openai import NOT_GIVEN
+from openai import NOT_GIVEN, omit
 from openai.lib._parsing import parse_chat_completion, type_to_response_format_param, validate_input_tools
+from openai.lib._parsing._responses import parse_response, type_to_text_format_param
+from openai.lib._response_resources import _make_tools
 
 from aggregate_graph.openai_compat.request import OPTIONS_KEY, RequestError, split_options
 
@@ -21,15 +23,11 @@ _OFF = f'extra_body={{"{OPTIONS_KEY}": {{"enabled": False}}}}'
 # unless aggregation is off for the call, and then sent as they are. (path on the client, methods, what to use)
 _NOT_AGGREGATED: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("completions", ("create",), "the legacy completions API is not aggregated; use chat.completions.create"),
-    (
-        "responses",
-        ("create", "parse", "stream", "compact"),
-        "the Responses API is not aggregated; use chat.completions.create (or .parse / .stream)",
-    ),
+    ("responses", ("compact",), "a compaction summarizes one conversation; it is not aggregated"),
     (
         "beta.responses",
-        ("create", "parse", "stream", "compact"),
-        "the Responses API is not aggregated; use chat.completions.create (or .parse / .stream)",
+        ("create", "compact"),
+        "the beta Responses preview is not aggregated; use responses.create (or .parse / .stream)",
     ),
     (
         "beta.threads",
@@ -129,6 +127,53 @@ def patch_parse(completions: Any, create: Callable[..., Any], is_async: bool) ->
 
         patched = parse
     completions.parse = functools.wraps(original)(patched)
+
+
+def patch_responses_parse(responses: Any, create: Callable[..., Any], is_async: bool) -> None:
+    """`responses.parse(text_format=Model, tools=[pydantic_function_tool(...)])` through the patched `create`: the
+    model becomes the `text.format` json_schema (so the candidates' JSON objects are voted on) and the voted
+    answer is parsed into it, as openai's own `parse` does. With aggregation off, openai's own `parse`."""
+    original = responses.parse
+
+    def request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any, Any] | None:
+        options, rest = split_options(kwargs)
+        if not options.enabled:
+            return None
+        if rest.get("stream"):
+            raise RequestError("parse() does not stream; use responses.stream()", param="stream")
+        body = dict(kwargs)
+        text_format = body.pop("text_format", omit)
+        if body.pop("parse_as", omit) is not omit:
+            raise RequestError("parse_as is not aggregated; use text_format", param="parse_as")
+        if text_format is not omit:
+            if "format" in (body.get("text") or {}):
+                raise TypeError("Cannot mix and match text.format with text_format")
+            body["text"] = {**(body.get("text") or {}), "format": type_to_text_format_param(text_format)}
+        tools = _make_tools(body.get("tools", omit))
+        if tools is not omit:
+            body["tools"] = tools
+        return body, text_format, tools
+
+    if is_async:
+
+        async def aparse(**kwargs: Any) -> Any:
+            if (planned := request(kwargs)) is None:
+                return await original(**split_options(kwargs)[1])
+            body, text_format, tools = planned
+            answer = await create(**body)
+            return parse_response(text_format=text_format, input_tools=tools, response=answer)
+
+        patched: Callable[..., Any] = aparse
+    else:
+
+        def parse(**kwargs: Any) -> Any:
+            if (planned := request(kwargs)) is None:
+                return original(**split_options(kwargs)[1])
+            body, text_format, tools = planned
+            return parse_response(text_format=text_format, input_tools=tools, response=create(**body))
+
+        patched = parse
+    responses.parse = functools.wraps(original)(patched)
 
 
 def refuse_unaggregated(client: Any) -> None:

@@ -6,7 +6,7 @@ refused rather than silently dropped."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from openai import BadRequestError, NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,12 +70,15 @@ class Plan:
     stream: bool
     include_usage: bool
     params: dict[str, Any] = field(default_factory=dict)
+    api: Literal["chat", "responses"] = "chat"  # chat completions, or the Responses API (`responses_request`)
 
     @property
     def structured(self) -> bool:
-        """Whether the request asks for JSON (`response_format` json_object / json_schema): the candidates'
-        parsed objects are voted on."""
-        return _format_type(self.params.get("response_format")) in STRUCTURED_FORMATS
+        """Whether the request asks for JSON (`response_format`, or the Responses API's `text.format`, of type
+        json_object / json_schema): the candidates' parsed objects are voted on."""
+        text = self.params.get("text")
+        response_format = text.get("format") if isinstance(text, dict) else self.params.get("response_format")
+        return _format_type(response_format) in STRUCTURED_FORMATS
 
 
 def _format_type(response_format: Any) -> Any:
@@ -107,7 +110,7 @@ def split_options(kwargs: dict[str, Any]) -> tuple[AggregationOptions, dict[str,
     return options, rest
 
 
-def _method_prefix(model: str) -> tuple[str | None, str]:
+def method_prefix(model: str) -> tuple[str | None, str]:
     """`ssa/gpt-4o-mini` → ("ssa", "gpt-4o-mini"). Only known method names count: served model names such as
     `meta-llama/Llama-3.1-8B` contain slashes too."""
     head, sep, rest = model.partition("/")
@@ -132,12 +135,18 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     )
 
 
-def _as_dict(message: Any) -> Any:
+def as_dict(message: Any) -> Any:
     """A message as JSON, as the openai client sends it: the `choices[0].message` of a response, appended to the
     conversation as OpenAI's tool-calling guide does, is a pydantic model."""
     if isinstance(message, BaseModel):
         return message.model_dump(mode="json", exclude_unset=True, exclude=getattr(message, "__api_exclude__", None))
     return message
+
+
+def check_method(method: str | None) -> str | None:
+    if method is not None and method not in METHODS:
+        raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
+    return method
 
 
 def _positive_int(value: Any, param: str) -> int:
@@ -156,7 +165,7 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     messages = kwargs.pop("messages", None)
     if not isinstance(messages, list | tuple) or not messages:
         raise RequestError("messages must be a non-empty list", param="messages")
-    messages = [_as_dict(m) for m in messages]
+    messages = [as_dict(m) for m in messages]
     if not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
         raise RequestError("messages: each message must be an object with a 'role'", param="messages")
     question = last_user_text(messages)
@@ -177,10 +186,8 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
         )
     if "audio" in (kwargs.get("modalities") or []):
         raise RequestError("audio output cannot be aggregated", param="modalities")
-    method_from_model, model = _method_prefix(model)
-    method = options.method or method_from_model
-    if method is not None and method not in METHODS:
-        raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
+    method_from_model, model = method_prefix(model)
+    method = check_method(options.method or method_from_model)
     response_format = kwargs.get("response_format")
     if method is not None and method not in VOTE_METHODS and _format_type(response_format) in STRUCTURED_FORMATS:
         raise RequestError(

@@ -1,8 +1,9 @@
-"""An OpenAI-compatible chat-completions server on 127.0.0.1 for tests and benchmarks.
+"""An OpenAI-compatible server on 127.0.0.1 for tests and benchmarks.
 
-It answers `/v1/chat/completions` and `/v1/models` with scripted replies, and can be told to add latency,
-to honour, ignore or reject `n`, and to inject 429/500 errors or hangs — with counters to check what a
-client really sent. Needs the `test` extra (fastapi, uvicorn).
+It answers `/v1/chat/completions`, `/v1/responses` (the Responses API, plain and streamed) and `/v1/models` with
+scripted replies, and can be told to add latency, to honour, ignore or reject `n`, to serve only one of the two
+APIs, and to inject 429/500 errors or hangs — with counters to check what a client really sent. Needs the `test`
+extra (fastapi, uvicorn).
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from aggregate_graph.openai_compat.responses_output import (
+    function_call_item,
+    message_item,
+    response_json,
+    stream_events,
+)
+from aggregate_graph.openai_compat.responses_request import input_text
+from aggregate_graph.sample_set import Usage
 from aggregate_graph.serve.http import SSE_DONE, OpenAIError, add_error_handlers, completion_envelope, sse
 from aggregate_graph.testing.threaded import ThreadedServer
 
 Reply = str | bytes | dict[str, Any]
 NMode = Literal["honour", "ignore", "reject"]
+API = Literal["chat", "responses"]
 
 
 def count_tokens(text: str) -> int:
@@ -75,6 +85,10 @@ class OpenAITestServer:
         (its `code` too); fail_first: the first requests always fail. hang_rate / hang_s: share of requests that
         sleep hang_s before answering.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
+    apis: the APIs served — "chat" (`/v1/chat/completions`) and "responses" (`/v1/responses`); a left-out one
+        answers 404. A Responses request with `n` is refused (400) as OpenAI refuses it; the reply's text is one
+        message output item and its tool calls `function_call` items; finish_reason "length" makes the response
+        "incomplete" (max_output_tokens). Reply functions read `body["input"]` there instead of `body["messages"]`.
     `headers` records each request's headers (`authorizations` their Authorization), to check what a client sent.
     """
 
@@ -95,11 +109,13 @@ class OpenAITestServer:
         failure_message: str = "injected failure",
         failure_code: str | None = None,
         token_latency_s: float = 0.0,
+        apis: Sequence[API] = ("chat", "responses"),
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
         self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
         self.failure_message, self.failure_code, self.token_latency_s = failure_message, failure_code, token_latency_s
+        self.apis = tuple(apis)
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -159,26 +175,35 @@ class OpenAITestServer:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Response:
+            return await counted(request, "chat", answer)
+
+        @app.post("/v1/responses")
+        async def responses(request: Request) -> Response:
+            return await counted(request, "responses", self._respond)
+
+        async def counted(request: Request, api: API, handler: Callable[[dict[str, Any]], Any]) -> Response:
+            if api not in self.apis:
+                return _error(404, f"this server does not serve the {api} API", "invalid_request_error")
             with self._lock:
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
-                return await answer(request)
+                body = await request.json()
+                with self._lock:
+                    self.headers.append(dict(request.headers))
+                fault = self._admit(body)
+                if self.latency_s:
+                    await asyncio.sleep(self.latency_s)
+                if fault == "error":
+                    return _error(self.failure_status, self.failure_message, "server_error", code=self.failure_code)
+                if fault == "hang":
+                    await asyncio.sleep(self.hang_s)
+                return await handler(body)
             finally:
                 with self._lock:
                     self.in_flight -= 1
 
-        async def answer(request: Request) -> Response:
-            body = await request.json()
-            with self._lock:
-                self.headers.append(dict(request.headers))
-            fault = self._admit(body)
-            if self.latency_s:
-                await asyncio.sleep(self.latency_s)
-            if fault == "error":
-                return _error(self.failure_status, self.failure_message, "server_error", code=self.failure_code)
-            if fault == "hang":
-                await asyncio.sleep(self.hang_s)
+        async def answer(body: dict[str, Any]) -> Response:
             n = int(body.get("n") or 1)
             if n > 1 and self.n_mode == "reject":
                 return _error(400, "n > 1 is not supported by this server", "invalid_request_error", "n")
@@ -204,6 +229,36 @@ class OpenAITestServer:
             )
 
         return app
+
+    async def _respond(self, body: dict[str, Any]) -> Response:
+        """A Responses API answer: one reply, as a Response or (`stream: true`) its standard events."""
+        if "n" in body:
+            return _error(400, "Unknown parameter: 'n'.", "invalid_request_error", "n", "unknown_parameter")
+        with self._lock:
+            sample_no = self.samples_served
+            self.samples_served += 1
+        reply = self._reply(body, sample_no)
+        items = body.get("input")
+        items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
+        prompt = " ".join([body.get("instructions") or "", *(input_text(item.get("content")) for item in items)])
+        usage = Usage.of(count_tokens(prompt), _completion_tokens(reply))
+        with self._lock:
+            self.prompt_tokens_billed += usage.prompt_tokens
+        text, calls = _text(reply), _tool_calls(reply)
+        output = [message_item(text)] if text or not calls else []
+        output += [function_call_item(c["function"]["name"], c["function"]["arguments"], c["id"]) for c in calls]
+        cut_off = self.finish_reason == "length" and not calls
+        response = response_json(body, body.get("model") or self.model, output, usage, cut_off=cut_off)
+        if not body.get("stream"):
+            return JSONResponse(response)
+        return StreamingResponse(self._response_events(response), media_type="text/event-stream")
+
+    async def _response_events(self, response: dict[str, Any]) -> AsyncIterator[str]:
+        """The response's standard events as OpenAI sends them (`event:` and `data:` lines, no [DONE])."""
+        for event in stream_events(response):
+            if event["type"] == "response.output_text.delta" and self.token_latency_s:
+                await asyncio.sleep(self.token_latency_s)
+            yield f"event: {event['type']}\n{sse(event)}"
 
     async def _stream(self, model: str, reply: Reply, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
         """The reply as server-sent events, a word per chunk, `token_latency_s` apart."""

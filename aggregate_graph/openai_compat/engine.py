@@ -1,0 +1,354 @@
+"""The engine behind `wrap_openai` and the proxy: a chat-completions or Responses API request becomes a run of
+the prebuilt graph over the wrapped client's own (unwrapped) methods, and the run's sample set becomes the
+API's answer — a `ChatCompletion` (or its chunks), or a `Response` (or its events)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, NamedTuple, NoReturn
+
+from langchain_core.messages import HumanMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
+from openai.resources.chat.completions import AsyncCompletions
+
+from aggregate_graph.aggregators import StructuredVote, WeightedVote
+from aggregate_graph.errors import QuorumError
+from aggregate_graph.graph import build_aggregate_graph, check_n
+from aggregate_graph.openai_compat.client_model import (
+    CALL_CONFIG_KEY,
+    CallSettings,
+    ClientChatModel,
+    OpenAIClientChatModel,
+)
+from aggregate_graph.openai_compat.errors import upstream_error
+from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
+from aggregate_graph.openai_compat.responses import (
+    STREAM_MODES,
+    AsyncChunkStream,
+    ChunkStream,
+    ChunkWriter,
+    aheld_until_under_way,
+    completion,
+    held_until_under_way,
+)
+from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
+from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
+from aggregate_graph.openai_compat.responses_request import plan_responses_request
+from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
+from aggregate_graph.sample_set import Aggregation, SampleSet
+from aggregate_graph.samplers import CandidatePolicy
+
+WRAPPED_ATTRIBUTE = "_aggregate_graph_unwrapped_create"  # a patched resource keeps its own create here
+ENGINE_ATTRIBUTE = "_aggregate_graph_engine"  # the wrapped `chat.completions` keeps its `ClientAggregator` here
+_PER_CALL = ("extra_headers", "extra_query", "timeout", "user")
+_RAW_RESPONSE_HEADER = "x-stainless-raw-response"  # what the SDK's with_raw_response sends
+_NO_TIMEOUT_S = 7 * 24 * 3600.0  # a client without a timeout: the graph does not add one
+_GRAPHS_KEPT = 64  # compiled graphs kept per wrapped client, one per shape of call (n, method, quorum, bound)
+
+
+def _graph_input(plan: Plan) -> dict[str, Any]:
+    # The graph's conversation is the question alone: the candidate model sends the caller's own messages, which
+    # it reads from the call's settings in the config (see `OpenAIClientChatModel.call_key`).
+    return {"messages": [HumanMessage(plan.question)]}
+
+
+def _config(calls: dict[str, CallSettings]) -> RunnableConfig:
+    return {"configurable": {CALL_CONFIG_KEY: calls}}
+
+
+class ClientMethods(NamedTuple):
+    """A client's own generation methods — `chat.completions.create` and `responses.create` (None where this
+    openai version has no Responses API) — as they were before wrapping, and whether the client is async (their
+    decorator hides that from `inspect`, so it is read off the resource's class)."""
+
+    chat: Callable[..., Any]
+    responses: Callable[..., Any] | None
+    is_async: bool
+
+    def create(self, api: str) -> Callable[..., Any]:
+        create = self.responses if api == "responses" else self.chat
+        if create is None:
+            raise RequestError("this openai client has no Responses API (upgrade openai)", param="model")
+        return create
+
+
+def unwrapped(resource: Any) -> Callable[..., Any]:
+    """A resource's own `create`, also once `wrap_openai` has patched it."""
+    return getattr(resource, WRAPPED_ATTRIBUTE, None) or resource.create
+
+
+def client_methods(client: Any) -> ClientMethods:
+    responses = getattr(client, "responses", None)
+    return ClientMethods(
+        unwrapped(client.chat.completions),
+        unwrapped(responses) if responses is not None else None,
+        isinstance(client.chat.completions, AsyncCompletions),
+    )
+
+
+def _longest(timeout: Any) -> Any:
+    """A number of seconds from a client's or call's timeout: an httpx(2) `Timeout` gives its longest part."""
+    parts = [getattr(timeout, a, None) for a in ("connect", "read", "write", "pool")]
+    if any(isinstance(p, int | float) for p in parts) and not isinstance(timeout, int | float):
+        return max(p for p in parts if isinstance(p, int | float))
+    return timeout
+
+
+class Prepared(NamedTuple):
+    """A call's compiled graph (shared by every call of the same shape), what the call itself sends (by the
+    graph's models' `call_key`), and the successful candidates it needs."""
+
+    graph: CompiledStateGraph
+    calls: dict[str, CallSettings]
+    min_candidates: int
+
+
+_MODELS: dict[str, type[ClientChatModel]] = {"chat": OpenAIClientChatModel, "responses": OpenAIResponsesChatModel}
+_PATHS = {"chat": "/chat/completions", "responses": "/responses"}
+
+
+class ClientAggregator:
+    """Turns a chat-completions or Responses API request into the prebuilt graph over the wrapped client, and
+    runs it: candidates are drawn through the same API as the call (a Responses call's as separate upstream
+    Responses calls, that API having no `n`), and so is a model-backed aggregator asked.
+
+    One graph is compiled per shape of call — the API, the model, n, min_candidates, the aggregator, the
+    candidate bound — and kept (the last `_GRAPHS_KEPT`); the call's options and messages reach the graph's
+    models at invoke time (`CallSettings` in the config), so a call pays no graph compilation."""
+
+    def __init__(
+        self,
+        client: ClientMethods,
+        *,
+        n: int,
+        aggregator: str | Runnable[SampleSet, Aggregation],
+        aggregator_client: ClientMethods | None,
+        aggregator_model: str | None,
+        policy: CandidatePolicy | None,
+        client_timeout: Any,
+        client_retries: int,
+        min_candidates: int,
+        max_n: int,
+        max_concurrency: int,
+        store: BaseStore | None,
+        weights: WeightedVote | None = None,
+        base_url: str = "http://wrap-openai.invalid/v1",
+    ) -> None:
+        self.client, self.is_async = client, client.is_async
+        self.aggregator_client = aggregator_client or client
+        self.n, self.aggregator, self.policy = check_n(n, max_n), aggregator, policy
+        self.client_timeout, self.client_retries = client_timeout, client_retries
+        self.aggregator_model, self.weights = aggregator_model, weights
+        self.min_candidates, self.max_n = min_candidates, max_n
+        self.max_concurrency, self.store, self.base_url = max_concurrency, store, base_url.rstrip("/")
+        self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
+        self._lock = threading.Lock()
+        self.graphs_built = 0
+        if isinstance(aggregator, str) and aggregator not in AGGREGATOR_NAMES:
+            raise ValueError(
+                f"unknown aggregator {aggregator!r}; use one of {', '.join(AGGREGATOR_NAMES)} or an Aggregator"
+            )
+        if aggregator == "weighted" and weights is None:
+            raise ValueError(
+                "aggregator='weighted' needs aggregator_weights=: a file from WeightedVote.save or `aggregate-train "
+                "weights`"
+            )
+
+    def _aggregator_for(self, method: str, model: str, api: str) -> Runnable[SampleSet, Aggregation]:
+        if method not in MODEL_AGGREGATORS:  # majority, weighted: votes, no model to ask
+            if method == "weighted" and self.weights is None:
+                raise RequestError(
+                    "method 'weighted' needs vote weights, and none were given to wrap_openai (aggregator_weights=) "
+                    "or the proxy (--aggregator-weights)",
+                    param="method",
+                )
+            return load_aggregator(method, weights=self.weights)
+        chat_model = _MODELS[api](
+            create=self.aggregator_client.create(api),
+            is_async=self.aggregator_client.is_async,
+            model=self.aggregator_model or model,
+            call_key="aggregator",
+            cache=False,
+        )
+        return load_aggregator(method, model=chat_model)
+
+    def _aggregator_call(self, plan: Plan) -> CallSettings:
+        # Through the same client, the call's own transport options (a gateway's headers, its timeout) apply
+        # to the aggregator's request too; another client's server gets none of them.
+        same_client = self.aggregator_client is self.client
+        request = {k: plan.params[k] for k in _PER_CALL if k in plan.params} if same_client else {}
+        return CallSettings(model=self.aggregator_model or plan.model, request=request)
+
+    def _policy(self, plan: Plan) -> CandidatePolicy:
+        """The graph's bound on each candidate: never shorter than the client's own timeout and retries,
+        which do the waiting and retrying (a per-call `timeout` counts)."""
+        if self.policy is not None:
+            return self.policy
+        timeout = _longest(plan.params.get("timeout", self.client_timeout))
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            return CandidatePolicy(max_attempts=1, timeout_s=_NO_TIMEOUT_S)
+        # every attempt, the client's backoff between them (at most 8 s each in openai's client), and slack so
+        # that the client's own timeout, with its own error, is the one that fires
+        cycle = timeout * (self.client_retries + 1) + 8 * self.client_retries
+        return CandidatePolicy(max_attempts=1, timeout_s=cycle + 5)
+
+    def plan(self, kwargs: dict[str, Any], api: str = "chat") -> tuple[Plan | None, dict[str, Any]]:
+        """The plan of a call to `api` ("chat" or "responses"), or None and the request to send unchanged when
+        aggregation is turned off."""
+        options, rest = split_options(kwargs)
+        if any(str(k).lower() == _RAW_RESPONSE_HEADER for k in (rest.get("extra_headers") or {})):
+            if options.enabled:
+                raise RequestError(
+                    "with_raw_response / with_streaming_response return the HTTP response of one request; an "
+                    "aggregation is made of many. Call create() itself, or turn aggregation off for this call.",
+                    param="extra_headers",
+                )
+            return None, rest
+        if not options.enabled:
+            choices = rest.get("n")
+            if isinstance(choices, int) and choices > self.max_n:
+                raise RequestError(f"n={choices} is over the cap of {self.max_n} per request", param="n")
+            return None, rest
+        plan = plan_responses_request(options, rest) if api == "responses" else plan_request(options, rest)
+        n = plan.n or self.n
+        if plan.choices * n > self.max_n:
+            raise RequestError(
+                f"{plan.choices} answer(s) × {n} candidates = {plan.choices * n} samples, over the cap of "
+                f"{self.max_n} per request",
+                param="n",
+            )
+        return plan, rest
+
+    def graph(self, plan: Plan) -> Prepared:
+        """The compiled graph for the plan's shape (built once), and the config that carries the call."""
+        n = plan.n or self.n
+        min_candidates = plan.min_candidates or min(self.min_candidates, n)
+        if min_candidates > n:
+            raise RequestError(f"min_candidates={min_candidates} is more than n={n}", param="min_candidates")
+        # JSON output: the parsed objects are voted on (plan_request refused other methods)
+        method = "structured" if plan.structured else plan.method
+        if method is None and isinstance(self.aggregator, str):
+            method = self.aggregator
+        policy = self._policy(plan)
+        key = (plan.api, plan.model, n, min_candidates, method, tuple(policy.model_dump().items()))
+        # Built under the lock (~3 ms, once per shape): concurrent first calls of one shape share one graph.
+        with self._lock:
+            graph = self._graphs.get(key)
+            if graph is not None:
+                self._graphs.move_to_end(key)
+            else:
+                graph = self._graphs[key] = self._build(plan, n, min_candidates, method, policy)
+                self.graphs_built += 1
+                while len(self._graphs) > _GRAPHS_KEPT:
+                    self._graphs.popitem(last=False)
+        calls = {
+            "candidates": CallSettings(model=plan.model, request=plan.params, messages=plan.messages),
+            "aggregator": self._aggregator_call(plan),
+        }
+        return Prepared(graph, calls, min_candidates)
+
+    def _build(
+        self, plan: Plan, n: int, min_candidates: int, method: str | None, policy: CandidatePolicy
+    ) -> CompiledStateGraph:
+        if method == "structured":
+            aggregator: Runnable[SampleSet, Aggregation] = StructuredVote()
+        elif method is not None:
+            aggregator = self._aggregator_for(method, plan.model, plan.api)
+        else:
+            assert not isinstance(self.aggregator, str)
+            aggregator = self.aggregator
+        model = _MODELS[plan.api](
+            create=self.client.create(plan.api),
+            is_async=self.is_async,
+            model=plan.model,
+            call_key="candidates",
+            endpoint=self.base_url,
+            cache=False,
+        )
+        return build_aggregate_graph(
+            model,
+            n=n,
+            aggregator=aggregator,
+            policy=policy,
+            min_candidates=min_candidates,
+            max_n=self.max_n,
+            max_concurrency=self.max_concurrency,
+            store=self.store,
+        )
+
+    def error(self, exc: BaseException, api: str = "chat") -> BaseException:
+        """What a call raises for `exc`: total failure as the upstream's openai exception (`errors`)."""
+        return upstream_error(exc, self.base_url + _PATHS[api]) if isinstance(exc, QuorumError) else exc
+
+    def _raise_as_openai(self, exc: BaseException, api: str = "chat") -> NoReturn:
+        mapped = self.error(exc, api)
+        if mapped is exc:
+            raise exc
+        raise mapped from exc
+
+    def _outcomes(self, results: list[Any], api: str) -> list[SampleSet]:
+        """Each choice's sample set (with nothing to vote on, the graph gives the medoid candidate)."""
+        for result in results:
+            if isinstance(result, BaseException):
+                self._raise_as_openai(result, api)
+        return [result["sample_set"] for result in results]
+
+    def run(self, plan: Plan) -> Any:
+        graph, calls, quorum = self.graph(plan)
+        if plan.stream and plan.api == "chat":
+            chunks = self._stream(graph, calls, plan)
+            return ChunkStream(chunks, held_until_under_way(chunks, quorum))
+        results = graph.batch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
+        return self._answer(plan, self._outcomes(results, plan.api))
+
+    async def arun(self, plan: Plan) -> Any:
+        graph, calls, quorum = self.graph(plan)
+        if plan.stream and plan.api == "chat":
+            chunks = self._astream(graph, calls, plan)
+            return AsyncChunkStream(chunks, await aheld_until_under_way(chunks, quorum))
+        results = await graph.abatch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
+        answer = self._answer(plan, self._outcomes(results, plan.api))
+        return AsyncChunkStream(_replayed(answer)) if isinstance(answer, ChunkStream) else answer
+
+    @staticmethod
+    def _answer(plan: Plan, sample_sets: list[SampleSet]) -> Any:
+        """The API's answer. A streamed Responses call is answered once the aggregate is known (its parts are
+        all decided together), replayed as the standard events: text in word deltas, then `response.completed`."""
+        if plan.api == "chat":
+            return completion(plan, sample_sets)
+        response = aggregated_response(plan, sample_sets[0])
+        return ChunkStream(iter(typed_events(response))) if plan.stream else response
+
+    def _stream(self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan) -> Iterator[Any]:
+        writer = ChunkWriter(plan)
+        yield writer.opening()
+        try:
+            for mode, data in graph.stream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+                if (chunk := writer.event(mode, data)) is not None:
+                    yield chunk
+        except QuorumError as exc:
+            self._raise_as_openai(exc)
+        yield from writer.closing()
+
+    async def _astream(
+        self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan
+    ) -> AsyncIterator[Any]:
+        writer = ChunkWriter(plan)
+        yield writer.opening()
+        try:
+            async for mode, data in graph.astream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+                if (chunk := writer.event(mode, data)) is not None:
+                    yield chunk
+        except QuorumError as exc:
+            self._raise_as_openai(exc)
+        for chunk in writer.closing():
+            yield chunk
+
+
+async def _replayed(events: ChunkStream) -> AsyncIterator[Any]:
+    for event in events:
+        yield event

@@ -1,0 +1,139 @@
+"""Reading a Responses API request (`responses.create`, `POST /v1/responses`) as an aggregation plan.
+
+The Responses API has no `n`: each candidate is one upstream Responses call carrying the caller's `instructions`,
+`input` items (messages, `function_call`, `function_call_output`, …), `tools`, `text.format`, `reasoning`,
+`max_output_tokens` and the rest unchanged. What cannot be aggregated is refused with a 400 naming the fix, never
+dropped: server-side state (`previous_response_id`, `conversation`, `store: true`, `background`) — the aggregated
+response is made here and stored nowhere upstream — and token log-probabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aggregate_graph.openai_compat.request import (
+    OPTIONS_KEY,
+    STRUCTURED_FORMATS,
+    AggregationOptions,
+    Plan,
+    RequestError,
+    as_dict,
+    check_method,
+    method_prefix,
+)
+
+_OFF = f'extra_body={{"{OPTIONS_KEY}": {{"enabled": false}}}}'
+# Server-side state the aggregated response cannot take part in: (field, why, what to do instead)
+_STATEFUL = {
+    "previous_response_id": "an aggregated response is made from several upstream responses and stored nowhere, so "
+    "there is no previous response to continue; send the whole conversation in `input` (the output items of the "
+    "last response, then the new turn)",
+    "conversation": "an aggregated response cannot be added to a stored conversation; send the whole conversation "
+    "in `input`",
+    "store": "an aggregated response is not stored (it could not be retrieved or continued); send store=false or "
+    "leave it out",
+    "background": "an aggregated response is answered in the request, not run in the background; leave background out",
+}
+_LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def input_text(content: Any) -> str:
+    """The text of an input message's content: a string, or its `input_text` / `text` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("input_text", "text")
+        )
+    return ""
+
+
+def _question(items: list[dict[str, Any]]) -> str:
+    """The last user message's text: what the candidates answer."""
+    for item in reversed(items):
+        if item.get("role") != "user" or item.get("type", "message") != "message":
+            continue
+        if text := input_text(item.get("content")).strip():
+            return text
+        break
+    raise RequestError(
+        "input: the last user message has no text; aggregation compares answers to a text question (send it with "
+        f"{_OFF} to call the model directly)",
+        param="input",
+    )
+
+
+def _refuse_stateful(kwargs: dict[str, Any]) -> None:
+    for key, why in _STATEFUL.items():
+        value = kwargs.get(key)
+        if value in (None, False, "", {}):
+            continue
+        raise RequestError(f"{key!r} cannot be aggregated: {why}", param=key)
+
+
+def _refuse_logprobs(kwargs: dict[str, Any]) -> None:
+    if kwargs.get("top_logprobs") or _LOGPROBS_INCLUDE in (kwargs.get("include") or []):
+        param = "top_logprobs" if kwargs.get("top_logprobs") else "include"
+        raise RequestError(
+            f"{param!r} asks for log-probabilities, which cannot be aggregated from candidate answers; send the "
+            f"request with {_OFF} to call the model directly",
+            param=param,
+        )
+
+
+def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
+    """The plan for an aggregated Responses call (`kwargs` without our options), or a RequestError saying what
+    cannot be aggregated. The plan's `messages` are the caller's input items (a string input is one user
+    message) and its `params` every other option, sent to each candidate call as they are."""
+    kwargs = dict(kwargs)
+    model = kwargs.pop("model", None)
+    if not isinstance(model, str) or not model:
+        raise RequestError("model is required", param="model")
+    if "n" in kwargs:
+        raise RequestError(
+            f"the Responses API has no 'n'; the number of candidates is set with "
+            f'extra_body={{"{OPTIONS_KEY}": {{"n": ...}}}} (each is its own upstream call)',
+            param="n",
+        )
+    raw = kwargs.pop("input", None)
+    if isinstance(raw, str) and raw.strip():
+        items: list[dict[str, Any]] = [{"role": "user", "content": raw}]
+    elif isinstance(raw, list | tuple) and raw:
+        items = [as_dict(item) for item in raw]
+        if not all(isinstance(item, dict) for item in items):
+            raise RequestError("input: each item must be an object", param="input")
+    else:
+        raise RequestError("input must be a non-empty string or list of items", param="input")
+    _refuse_stateful(kwargs)
+    _refuse_logprobs(kwargs)
+    question = _question(items)
+    method_from_model, model = method_prefix(model)
+    method = check_method(options.method or method_from_model)
+    text = kwargs.get("text")
+    if text is not None and not isinstance(text, dict):
+        raise RequestError("text must be an object", param="text")
+    format_type = ((text or {}).get("format") or {}).get("type")
+    structured = format_type in STRUCTURED_FORMATS
+    if method is not None and method != "majority" and structured:
+        raise RequestError(
+            f"structured output (text.format {format_type!r}) is aggregated by vote on the candidates' parsed JSON; "
+            f"method {method!r} does not apply (use majority, or name no method)",
+            param="method" if options.method else "model",
+        )
+    stream = kwargs.pop("stream", None) or False
+    if not isinstance(stream, bool):
+        raise RequestError(f"stream must be a boolean, got {stream!r}", param="stream")
+    kwargs.pop("stream_options", None)  # obfuscation padding of one upstream stream: nothing to pass on
+    return Plan(
+        model=model,
+        messages=items,
+        question=question,
+        method=method,
+        n=options.n,
+        min_candidates=options.min_candidates,
+        choices=1,
+        stream=stream,
+        include_usage=False,
+        params=kwargs,
+        api="responses",
+    )
