@@ -1,7 +1,8 @@
 """Every entry point of a wrapped client aggregates or refuses — none sends an unaggregated request silently:
-`chat.completions.parse` / `.stream` and `responses.create` / `.parse` / `.stream` aggregate; `responses.compact`, legacy
-`completions`, Assistants runs and realtime sessions raise RequestError unless aggregation is off for the call. Also: the wrapped `create` keeps openai's
-signature, and one compiled graph serves every call of the same shape, each with its own request.
+`chat.completions.parse` / `.stream` and `responses.create` / `.parse` / `.stream` aggregate; `responses.compact`,
+legacy `completions`, Assistants runs and realtime sessions raise RequestError unless aggregation is off for the
+call. Also: the wrapped `create` keeps openai's signature, and one compiled graph serves every call of the same
+shape, each with its own request."""
 
 from __future__ import annotations
 

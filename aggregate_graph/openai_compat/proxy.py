@@ -1,5 +1,6 @@
-"""`aggregate-graph proxy`: an OpenAI-compatible server whose chat completions are aggregations of candidates
-drawn from an upstream OpenAI-compatible API. Any OpenAI client uses it by changing `base_url`.
+"""`aggregate-graph proxy`: an OpenAI-compatible server whose chat completions and Responses API responses are
+aggregations of candidates drawn from an upstream OpenAI-compatible API. Any OpenAI client (the OpenAI Agents SDK
+included) uses it by changing `base_url`.
 
 It is `wrap_openai` over an `AsyncOpenAI` client of the upstream, behind the limits a shared server needs:
 a bearer key (required off loopback), caps on body size, prompt length, samples per request, requests in
@@ -25,6 +26,7 @@ import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from openai.resources.chat.completions import AsyncCompletions
+from openai.resources.responses import AsyncResponses
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from starlette.background import BackgroundTask
 
@@ -45,15 +47,20 @@ from aggregate_graph.serve.http import (
 
 logger = logging.getLogger(__name__)
 
-# Body fields the openai client takes as keyword arguments; any other field (ours, or a server's own such as
-# vLLM's `top_k`) travels in `extra_body`, as the client would have sent it.
-_CREATE_FIELDS = frozenset(inspect.signature(AsyncCompletions.create).parameters) - {
-    "self",
-    "extra_headers",
-    "extra_query",
-    "extra_body",
-    "timeout",
-}
+
+def _body_fields(create: Callable[..., Any]) -> frozenset[str]:
+    """The body fields an openai client's `create` takes as keyword arguments; any other field (ours, or a
+    server's own such as vLLM's `top_k`) travels in `extra_body`, as the client would have sent it."""
+    return frozenset(inspect.signature(create).parameters) - {
+        "self",
+        "extra_headers",
+        "extra_query",
+        "extra_body",
+        "timeout",
+    }
+
+
+_CREATE_FIELDS = {"chat": _body_fields(AsyncCompletions.create), "responses": _body_fields(AsyncResponses.create)}
 _KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
 
 MAX_SAMPLES_PER_REQUEST = 64
@@ -124,8 +131,10 @@ class Scrubber:
         return _KEY_LIKE.sub(lambda m: f"{m.group(1)}***", text)
 
     def payload(self, payload: dict[str, Any]) -> dict[str, Any]:
-        """A response body, key-free: every candidate error is scrubbed, then the whole text."""
-        for sample_set in payload.get("sample_sets") or []:
+        """A response body (or stream event), key-free: every candidate error is scrubbed, then the whole text."""
+        response = payload.get("response")
+        sample_sets = (response.get("sample_sets") if isinstance(response, dict) else None) or []
+        for sample_set in [*(payload.get("sample_sets") or []), *sample_sets]:
             for candidate in sample_set.get("candidates", []):
                 if candidate.get("error"):
                     candidate["error"] = self(candidate["error"])
@@ -199,41 +208,51 @@ class RequestSlots:
         return release
 
 
-def _prompt_chars(messages: Any) -> int:
-    """The prompt's size as sent: every field of every message (tool calls and content parts included)."""
-    return len(json.dumps(messages, ensure_ascii=False)) if messages is not None else 0
+_PROMPT_FIELDS = {"chat": ("messages",), "responses": ("instructions", "input")}
 
 
-def check_prompt_size(body: dict[str, Any], max_chars: int) -> None:
-    """Refuses (400, as OpenAI refuses a prompt over the context) messages of more than `max_chars` characters."""
-    if (chars := _prompt_chars(body.get("messages"))) > max_chars:
+def check_prompt_size(body: dict[str, Any], max_chars: int, api: str = "chat") -> None:
+    """Refuses (400, as OpenAI refuses a prompt over the context) a prompt of more than `max_chars` characters as
+    sent: every field of every message or input item (tool calls and content parts included)."""
+    fields = [body[f] for f in _PROMPT_FIELDS[api] if body.get(f) is not None]
+    if (chars := sum(len(json.dumps(f, ensure_ascii=False)) for f in fields)) > max_chars:
+        param = _PROMPT_FIELDS[api][-1]
         raise OpenAIError(
             400,
-            f"the messages hold {chars} characters; this server takes at most {max_chars}",
-            param="messages",
+            f"the {param} hold {chars} characters; this server takes at most {max_chars}",
+            param=param,
             code="context_length_exceeded",
         )
 
 
-def create_arguments(body: dict[str, Any]) -> dict[str, Any]:
-    """A request body as the keyword arguments of the openai client's `create`: the fields it does not take
-    travel in `extra_body`."""
-    kwargs = {k: v for k, v in body.items() if k in _CREATE_FIELDS}
-    if extra := {k: v for k, v in body.items() if k not in _CREATE_FIELDS}:
+def create_arguments(body: dict[str, Any], api: str = "chat") -> dict[str, Any]:
+    """A request body as the keyword arguments of the openai client's `create` for `api` ("chat" or
+    "responses"): the fields it does not take travel in `extra_body`."""
+    fields = _CREATE_FIELDS[api]
+    kwargs = {k: v for k, v in body.items() if k in fields}
+    if extra := {k: v for k, v in body.items() if k not in fields}:
         kwargs["extra_body"] = extra
     return kwargs
 
 
-async def read_chat_request(request: Request, config: ProxyConfig, deadline: float) -> dict[str, Any]:
-    """The `create` arguments of a chat-completions request, its body read by `deadline` (else 408) within the
-    body and prompt limits of `config`."""
+async def read_create_request(request: Request, config: ProxyConfig, deadline: float, api: str) -> dict[str, Any]:
+    """The `create` arguments of a chat-completions or Responses request, its body read by `deadline` (else 408)
+    within the body and prompt limits of `config`."""
     try:
         async with asyncio.timeout_at(deadline):
             body = await read_json(request, config.max_body_bytes)
     except TimeoutError:
         raise OpenAIError(408, "the request body did not arrive in time", code="timeout") from None
-    check_prompt_size(body, config.max_prompt_chars)
-    return create_arguments(body)
+    check_prompt_size(body, config.max_prompt_chars, api)
+    return create_arguments(body, api)
+
+
+def _responses_event(payload: dict[str, Any]) -> str:
+    """A Responses stream event as OpenAI sends it, its type on an `event:` line; an error is the API's `error`
+    event, which also carries the error object (so the openai client raises it)."""
+    if "error" in payload and "type" not in payload:
+        payload = {"type": "error", "sequence_number": 0, **payload["error"], "error": payload["error"]}
+    return f"event: {payload['type']}\n{sse(payload)}"
 
 
 async def sse_events(
@@ -243,19 +262,23 @@ async def sse_events(
     to_error: Callable[[BaseException], OpenAIError],
     release: Callable[[], None],
     deadline: float,
+    api: str = "chat",
 ) -> AsyncIterator[str]:
-    """The chunks of `stream` as server-sent events, scrubbed, until `deadline`; an error after the 200 is sent
-    in-stream, as OpenAI does. The stream's slot is released, and the stream closed, when it ends."""
+    """The chunks (or Responses events) of `stream` as server-sent events, scrubbed, until `deadline`; an error
+    after the 200 is sent in-stream, as OpenAI does. The stream's slot is released, and the stream closed, when it
+    ends. A chat stream ends with [DONE]; a Responses stream with its closing event."""
+    event = _responses_event if api == "responses" else sse
     try:
         async with asyncio.timeout_at(deadline):
             async for chunk in stream:
-                yield sse(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True)))
+                yield event(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True)))
     except Exception as exc:
-        yield sse(to_error(exc).body())
+        yield event(to_error(exc).body())
     finally:
         release()
         await stream.close()
-    yield SSE_DONE
+    if api == "chat":
+        yield SSE_DONE
 
 
 def stream_response(
@@ -265,9 +288,10 @@ def stream_response(
     to_error: Callable[[BaseException], OpenAIError],
     release: Callable[[], None],
     deadline: float,
+    api: str = "chat",
 ) -> StreamingResponse:
     """The streamed answer. It keeps its slot until it ends; the background task frees it if it never starts."""
-    events = sse_events(stream, scrub=scrub, to_error=to_error, release=release, deadline=deadline)
+    events = sse_events(stream, scrub=scrub, to_error=to_error, release=release, deadline=deadline, api=api)
     return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(release))
 
 
@@ -372,8 +396,17 @@ class Proxy:
         return {"object": "list", "data": data}
 
     async def chat_completions(self, request: Request) -> Response:
+        return await self._answer(request, "chat")
+
+    async def responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: n upstream Responses calls aggregated into one Response (or its events)."""
+        return await self._answer(request, "responses")
+
+    async def _answer(self, request: Request, api: str) -> Response:
         deadline = asyncio.get_running_loop().time() + self.config.max_request_s
-        kwargs = await read_chat_request(request, self.config, deadline)
+        kwargs = await read_create_request(request, self.config, deadline, api)
+        wrapped = self.clients.wrapped
+        create = wrapped.responses.create if api == "responses" else wrapped.chat.completions.create
         # The slot is taken once the body is in: a slow upload holds a connection, not a slot for real work.
         release = self.slots.take()
         try:
@@ -381,14 +414,16 @@ class Proxy:
                 # A stream's create() returns once the answer is under way (enough candidates succeeded), so a
                 # request every candidate fails (an unknown model, a refused key) is answered with its status,
                 # not a 200 stream.
-                result = await self.clients.wrapped.chat.completions.create(**kwargs)
+                result = await create(**kwargs)
         except Exception as exc:
             release()
             raise self.error(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
         if kwargs.get("stream") is not True:
             release()
             return JSONResponse(self.scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
-        return stream_response(result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline)
+        return stream_response(
+            result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline, api=api
+        )
 
 
 def create_proxy_app(config: ProxyConfig) -> FastAPI:
@@ -403,6 +438,7 @@ def create_proxy_app(config: ProxyConfig) -> FastAPI:
     app.add_api_route("/health", proxy.health, methods=["GET"])
     api.add_api_route("/v1/models", proxy.models, methods=["GET"])
     api.add_api_route("/v1/chat/completions", proxy.chat_completions, methods=["POST"])
+    api.add_api_route("/v1/responses", proxy.responses, methods=["POST"])
     app.include_router(api)
     return app
 
