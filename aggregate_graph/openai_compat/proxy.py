@@ -248,11 +248,15 @@ async def read_create_request(request: Request, config: ProxyConfig, deadline: f
 
 
 def _responses_event(payload: dict[str, Any]) -> str:
-    """A Responses stream event as OpenAI sends it, its type on an `event:` line; an error is the API's `error`
-    event, which also carries the error object (so the openai client raises it)."""
-    if "error" in payload and "type" not in payload:
-        payload = {"type": "error", "sequence_number": 0, **payload["error"], "error": payload["error"]}
+    """A Responses stream event as OpenAI sends it, its type on an `event:` line."""
     return f"event: {payload['type']}\n{sse(payload)}"
+
+
+def _responses_error(body: dict[str, Any], sequence_number: int) -> dict[str, Any]:
+    """The API's `error` event for an error body; it also carries the error object, so the openai client raises
+    it as it raises a chat stream's error."""
+    error = body["error"]
+    return {**error, "type": "error", "sequence_number": sequence_number, "error": error}
 
 
 async def sse_events(
@@ -268,12 +272,15 @@ async def sse_events(
     after the 200 is sent in-stream, as OpenAI does. The stream's slot is released, and the stream closed, when it
     ends. A chat stream ends with [DONE]; a Responses stream with its closing event."""
     event = _responses_event if api == "responses" else sse
+    sent = 0
     try:
         async with asyncio.timeout_at(deadline):
             async for chunk in stream:
-                yield event(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True)))
+                yield event(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True, by_alias=True)))
+                sent += 1
     except Exception as exc:
-        yield event(to_error(exc).body())
+        body = to_error(exc).body()
+        yield event(_responses_error(body, sent) if api == "responses" else body)
     finally:
         release()
         await stream.close()
@@ -420,7 +427,7 @@ class Proxy:
             raise self.error(TimeoutError() if isinstance(exc, TimeoutError) else exc) from None
         if kwargs.get("stream") is not True:
             release()
-            return JSONResponse(self.scrub.payload(result.model_dump(mode="json", exclude_unset=True)))
+            return JSONResponse(self.scrub.payload(result.model_dump(mode="json", exclude_unset=True, by_alias=True)))
         return stream_response(
             result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline, api=api
         )

@@ -153,4 +153,7 @@ def aggregated_response(plan: Plan, sample_set: SampleSet) -> Response:
 def typed_events(response: Response) -> list[Any]:
     """`stream_events` of a typed Response, as the typed events the `openai` client yields; the sample sets ride
     on the closing event's response, as on the Response itself."""
-    return [_EVENT.validate_python(e) for e in stream_events(response.model_dump(mode="json", exclude_unset=True))]
+    return [
+        _EVENT.validate_python(e)
+        for e in stream_events(response.model_dump(mode="json", exclude_unset=True, by_alias=True))
+    ]

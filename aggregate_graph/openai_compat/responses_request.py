@@ -89,7 +89,7 @@ def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) 
     model = kwargs.pop("model", None)
     if not isinstance(model, str) or not model:
         raise RequestError("model is required", param="model")
-    if "n" in kwargs:
+    if "n" in kwargs or "n" in (kwargs.get("extra_body") or {}):
         raise RequestError(
             f"the Responses API has no 'n'; the number of candidates is set with "
             f'extra_body={{"{OPTIONS_KEY}": {{"n": ...}}}} (each is its own upstream call)',
