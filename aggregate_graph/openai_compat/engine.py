@@ -18,15 +18,7 @@ from openai.resources.chat.completions import AsyncCompletions
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
 from aggregate_graph.errors import QuorumError
 from aggregate_graph.graph import build_aggregate_graph, check_n
-from aggregate_graph.openai_compat.client_model import (
-    CALL_CONFIG_KEY,
-    CallSettings,
-    ClientChatModel,
-    OpenAIClientChatModel,
-)
-from aggregate_graph.openai_compat.errors import upstream_error
-from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
-from aggregate_graph.openai_compat.responses import (
+from aggregate_graph.openai_compat.chat_output import (
     STREAM_MODES,
     AsyncChunkStream,
     ChunkStream,
@@ -35,6 +27,14 @@ from aggregate_graph.openai_compat.responses import (
     completion,
     held_until_under_way,
 )
+from aggregate_graph.openai_compat.client_model import (
+    CALL_CONFIG_KEY,
+    CallSettings,
+    ClientChatModel,
+    OpenAIClientChatModel,
+)
+from aggregate_graph.openai_compat.errors import upstream_error
+from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request

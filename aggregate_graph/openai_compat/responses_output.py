@@ -16,8 +16,8 @@ from typing import Any
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from aggregate_graph.openai_compat.chat_output import SAMPLE_SETS_FIELD, finish_reason
 from aggregate_graph.openai_compat.request import Plan
-from aggregate_graph.openai_compat.responses import SAMPLE_SETS_FIELD, finish_reason
 from aggregate_graph.sample_set import SampleSet, Usage
 
 # Request fields a Response echoes back, with the API's defaults where a request leaves them out.
