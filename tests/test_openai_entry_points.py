@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from aggregate_graph import sample_sets_from, wrap_openai
 from aggregate_graph.openai_compat import RequestError
-from aggregate_graph.openai_compat.wrap import ENGINE_ATTRIBUTE
+from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
 from benchmarks.proxy_load import sum_reply
 from tests.test_openai_tools import CALL_6_7, CALL_6_8
 from tests.test_wrap_openai import QUESTION

@@ -386,7 +386,7 @@ def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
 
 
 def test_request_arguments_and_the_prompt_limit() -> None:
-    from aggregate_graph.openai_compat.proxy import check_prompt_size, create_arguments
+    from aggregate_graph.openai_compat.proxy_wire import check_prompt_size, create_arguments
     from aggregate_graph.serve.http import OpenAIError
 
     body = {"model": "m", "messages": QUESTION, "top_k": 5, "aggregation": {"n": 3}}
@@ -402,7 +402,8 @@ def test_request_arguments_and_the_prompt_limit() -> None:
 
 
 async def test_a_stream_that_fails_midway_ends_with_the_error_then_done() -> None:
-    from aggregate_graph.openai_compat.proxy import Scrubber, proxy_error, sse_events
+    from aggregate_graph.openai_compat.proxy import Scrubber, proxy_error
+    from aggregate_graph.openai_compat.proxy_wire import sse_events
 
     class Chunk:
         def model_dump(self, **_: Any) -> dict[str, Any]:

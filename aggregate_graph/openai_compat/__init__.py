@@ -10,7 +10,7 @@ aggregations, and the proxy (`aggregate-graph proxy`) serves the same over the O
                                        sample sets as a `ChatCompletion` (or chunks) / a `Response` (or events)
     errors.py                          total failure as the upstream's `openai` exception
     wrap.py, entry_points.py           the patch points: `create`, `parse`, and what is refused
-    proxy.py                           the HTTP server
+    proxy.py, proxy_wire.py            the HTTP server; what it reads and streams on the wire
 """
 
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
