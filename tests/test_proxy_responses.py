@@ -9,33 +9,23 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+from agents import Runner
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import sample_sets_from
 from tests.test_proxy import CLIENT_KEY, UPSTREAM_KEY, proxy_for
-from tests.test_responses_api import MULTIPLY, math_replies, tool_replies
-
-set_tracing_disabled(True)  # the SDK would otherwise export traces to OpenAI
+from tests.test_responses_api import MULTIPLY, agent_with_multiply, math_replies, tool_replies
 
 
-def agent_with_multiply(base_url: str, ran: list[tuple[int, int]]) -> Agent:
-    @function_tool
-    def multiply(a: int, b: int) -> int:
-        """Multiply two integers."""
-        ran.append((a, b))
-        return a * b
-
-    client = AsyncOpenAI(base_url=base_url, api_key=CLIENT_KEY, max_retries=0)
-    model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
-    return Agent(name="calculator", instructions="Use the tool.", tools=[multiply], model=model)
+def proxy_client(url: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
 
 
 async def test_an_agents_sdk_agent_gets_the_voted_tool_call_and_answers_with_its_result(serve) -> None:
     upstream = serve(tool_replies, apis=("responses",))
     ran: list[tuple[int, int]] = []
     with proxy_for(upstream, n=3) as url:
-        result = await Runner.run(agent_with_multiply(url, ran), "What is 6 times 7?")
+        result = await Runner.run(agent_with_multiply(proxy_client(url), ran), "What is 6 times 7?")
     assert ran == [(6, 7)]  # the plan two of three candidates chose, run once
     assert result.final_output == "6 times 7 is 42. The answer is 42."
     assert upstream.calls == 6  # 3 upstream calls for each of the agent's two model calls
@@ -50,7 +40,7 @@ async def test_a_streamed_agents_sdk_run_gets_the_same(serve) -> None:
     upstream = serve(tool_replies, apis=("responses",))
     ran: list[tuple[int, int]] = []
     with proxy_for(upstream, n=3) as url:
-        streamed = Runner.run_streamed(agent_with_multiply(url, ran), "What is 6 times 7?")
+        streamed = Runner.run_streamed(agent_with_multiply(proxy_client(url), ran), "What is 6 times 7?")
         raw = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
     assert ran == [(6, 7)] and upstream.calls == 6
     assert streamed.final_output == "6 times 7 is 42. The answer is 42."

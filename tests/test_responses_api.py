@@ -10,6 +10,7 @@ from typing import Any
 
 import openai
 import pytest
+from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel
 
@@ -27,6 +28,7 @@ MULTIPLY = {
         "required": ["a", "b"],
     },
 }
+set_tracing_disabled(True)  # the Agents SDK would otherwise export traces to OpenAI
 SSA_VERDICT = "<think>Two say 42; 6 times 7 is 42.</think> <answer>42</answer>"
 
 
@@ -43,6 +45,19 @@ def tool_replies(body: dict[str, Any], sample_no: int) -> Any:
     if outputs:
         return f"6 times 7 is {outputs[-1]}. The answer is {outputs[-1]}."
     return CALL_6_8 if sample_no % 3 == 2 else CALL_6_7
+
+
+def agent_with_multiply(client: Any, ran: list[tuple[int, int]]) -> Agent:
+    """An OpenAI Agents SDK agent whose model calls go through `client`'s Responses API."""
+
+    @function_tool
+    def multiply(a: int, b: int) -> int:
+        """Multiply two integers."""
+        ran.append((a, b))
+        return a * b
+
+    model = OpenAIResponsesModel(model="gpt-test", openai_client=client)
+    return Agent(name="calculator", instructions="Use the tool.", tools=[multiply], model=model)
 
 
 def responses_only(serve: Any, replies: Any, **kwargs: Any) -> Any:
@@ -199,3 +214,30 @@ def test_aggregation_off_sends_one_call_unchanged(serve) -> None:
     wrapped = wrap_openai(client(upstream), n=3)
     plain = wrapped.responses.create(model="m", input="hi", extra_body={"aggregation": {"enabled": False}})
     assert upstream.calls == 1 and sample_sets_from(plain) == [] and "aggregation" not in upstream.requests[0]
+
+
+async def test_an_agents_sdk_agent_on_a_wrapped_client_runs_the_voted_call_plain_and_streamed(serve) -> None:
+    upstream = responses_only(serve, tool_replies)
+    ran: list[tuple[int, int]] = []
+    agent = agent_with_multiply(wrap_openai(client(upstream, AsyncOpenAI), n=3), ran)
+    result = await Runner.run(agent, "What is 6 times 7?")
+    assert result.final_output == "6 times 7 is 42. The answer is 42." and ran == [(6, 7)] and upstream.calls == 6
+    # streamed, the SDK calls responses.with_streaming_response.create(stream=True): the aggregated stream comes in
+    # a stand-in for one HTTP response, and no candidate call carries the raw-response header
+    streamed = Runner.run_streamed(agent, "What is 6 times 7?")
+    raw = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
+    assert streamed.final_output == result.final_output and ran == [(6, 7)] * 2 and upstream.calls == 12
+    assert raw.count("response.completed") == 2
+    assert not any("x-stainless-raw-response" in headers for headers in upstream.headers)
+
+
+def test_with_streaming_response_gives_the_aggregated_stream_and_refuses_a_single_response(serve) -> None:
+    upstream = responses_only(serve, math_replies)
+    wrapped = wrap_openai(client(upstream), n=3)
+    with wrapped.responses.with_streaming_response.create(model="m", input="6 * 7?", stream=True) as response:
+        assert response.request_id is None
+        events = list(response.parse())
+    assert events[-1].type == "response.completed" and len(sample_sets_from(events[-1].response)[0].candidates) == 3
+    one_response = wrapped.responses.with_streaming_response.create(model="m", input="6 * 7?")
+    with pytest.raises(RequestError, match="with_streaming_response works for stream=True"), one_response:
+        pass

@@ -296,6 +296,17 @@ def test_with_options_returns_a_wrapped_copy_and_raw_responses_are_refused(serve
     assert raw.http_response.status_code == 200
 
 
+async def test_with_streaming_response_on_a_stream_gives_the_aggregated_chunks(serve) -> None:
+    upstream = serve(math_replies)
+    wrapped = wrap_openai(client(upstream, AsyncOpenAI), n=3)
+    streaming = wrapped.chat.completions.with_streaming_response
+    async with streaming.create(model="m", messages=QUESTION, stream=True) as response:
+        chunks = [chunk async for chunk in await response.parse()]
+    finish = next(c for c in chunks if c.choices and c.choices[0].finish_reason)
+    assert len(sample_sets_from(finish)[0].candidates) == 3 and upstream.requests[0]["n"] == 3
+    assert "x-stainless-raw-response" not in upstream.headers[0]  # the candidates' request is a plain one
+
+
 def test_sync_and_async_clients_cannot_be_mixed(serve) -> None:
     upstream = serve()
     with pytest.raises(ValueError, match="same kind of client"):

@@ -219,6 +219,33 @@ class AsyncChunkStream:
     aclose = close  # what openai's async stream helpers call on `response`
 
 
+class StreamedAggregation:
+    """What `with_streaming_response.create(..., stream=True)` gives on a wrapped sync client, in place of one
+    request's HTTP response: `parse()` is the aggregated stream, `close()` closes it. There is no single upstream
+    response: `request_id` is None, and it has no status or headers."""
+
+    request_id = None
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def parse(self) -> Any:
+        return self._stream
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class AsyncStreamedAggregation(StreamedAggregation):
+    """`StreamedAggregation` for an async client (`await response.parse()`, as openai's `AsyncAPIResponse`)."""
+
+    async def parse(self) -> Any:  # type: ignore[override]
+        return self._stream
+
+    async def close(self) -> None:  # type: ignore[override]
+        await self._stream.close()
+
+
 def _under_way(chunk: Any, succeeded: int, quorum: int) -> tuple[bool, int]:
     """Whether the stream can be handed over after this chunk: `quorum` candidates succeeded (so the call
     cannot fail for want of them), or the answer has begun; and the successes counted so far."""

@@ -200,13 +200,20 @@ class ClientAggregator:
         """The plan of a call to `api` ("chat" or "responses"), or None and the request to send unchanged when
         aggregation is turned off."""
         options, rest = split_options(kwargs)
-        if any(str(k).lower() == _RAW_RESPONSE_HEADER for k in (rest.get("extra_headers") or {})):
-            if options.enabled:
+        headers = rest.get("extra_headers") or {}
+        raw = next((v for k, v in headers.items() if str(k).lower() == _RAW_RESPONSE_HEADER), None)
+        if raw is not None and options.enabled:
+            # with_streaming_response on a stream: the stream, in a stand-in for its HTTP response (the OpenAI
+            # Agents SDK streams this way). Any other raw response would be one request's, not an aggregation.
+            if raw != "stream" or rest.get("stream") is not True:
                 raise RequestError(
                     "with_raw_response / with_streaming_response return the HTTP response of one request; an "
-                    "aggregation is made of many. Call create() itself, or turn aggregation off for this call.",
+                    "aggregation is made of many. Call create() itself (with_streaming_response works for "
+                    "stream=True), or turn aggregation off for this call.",
                     param="extra_headers",
                 )
+            rest = {**rest, "extra_headers": {k: v for k, v in headers.items() if v is not raw}}
+        elif raw is not None:
             return None, rest
         if not options.enabled:
             choices = rest.get("n")
@@ -214,6 +221,7 @@ class ClientAggregator:
                 raise RequestError(f"n={choices} is over the cap of {self.max_n} per request", param="n")
             return None, rest
         plan = plan_responses_request(options, rest) if api == "responses" else plan_request(options, rest)
+        plan.streamed_response = raw is not None
         n = plan.n or self.n
         if plan.choices * n > self.max_n:
             raise RequestError(

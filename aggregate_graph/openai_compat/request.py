@@ -71,6 +71,7 @@ class Plan:
     include_usage: bool
     params: dict[str, Any] = field(default_factory=dict)
     api: Literal["chat", "responses"] = "chat"  # chat completions, or the Responses API (`responses_request`)
+    streamed_response: bool = False  # asked through `with_streaming_response`: the stream in a response stand-in
 
     @property
     def structured(self) -> bool:

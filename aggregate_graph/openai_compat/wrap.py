@@ -20,6 +20,7 @@ from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregators import WeightedVote
 from aggregate_graph.graph import MAX_CANDIDATES
+from aggregate_graph.openai_compat.chat_output import AsyncStreamedAggregation, StreamedAggregation
 from aggregate_graph.openai_compat.engine import (
     ENGINE_ATTRIBUTE,
     WRAPPED_ATTRIBUTE,
@@ -48,14 +49,20 @@ def _patched(engine: ClientAggregator, original: Callable[..., Any], api: str) -
 
         async def acreate(**kwargs: Any) -> Any:
             plan, rest = engine.plan(kwargs, api)
-            return await (original(**rest) if plan is None else engine.arun(plan))
+            if plan is None:
+                return await original(**rest)
+            answer = await engine.arun(plan)
+            return AsyncStreamedAggregation(answer) if plan.streamed_response else answer
 
         patched: Callable[..., Any] = acreate
     else:
 
         def create(**kwargs: Any) -> Any:
             plan, rest = engine.plan(kwargs, api)
-            return original(**rest) if plan is None else engine.run(plan)
+            if plan is None:
+                return original(**rest)
+            answer = engine.run(plan)
+            return StreamedAggregation(answer) if plan.streamed_response else answer
 
         patched = create
     patched = functools.wraps(original)(patched)
