@@ -16,18 +16,9 @@ from pydantic import BaseModel
 
 from aggregate_graph import QuorumError, sample_sets_from, wrap_openai
 from aggregate_graph.openai_compat import RequestError
-from tests.test_openai_tools import CALL_6_7, CALL_6_8
+from tests.test_openai_tools import CALL_6_7, CALL_6_8, MULTIPLY_TOOL
 
-MULTIPLY = {
-    "type": "function",
-    "name": "multiply",
-    "description": "Multiply two integers.",
-    "parameters": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
+MULTIPLY = {"type": "function", **MULTIPLY_TOOL["function"]}  # the Responses API's flat form of the tool
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces to OpenAI
 SSA_VERDICT = "<think>Two say 42; 6 times 7 is 42.</think> <answer>42</answer>"
 
@@ -72,7 +63,12 @@ def test_the_voted_function_call_comes_back_from_exactly_n_upstream_calls(serve)
     upstream = responses_only(serve, tool_replies)
     wrapped = wrap_openai(client(upstream), n=3)
     response = wrapped.responses.create(
-        model="gpt-test", input="What is 6 times 7?", instructions="Use the tools.", tools=[MULTIPLY], temperature=0.3
+        model="gpt-test",
+        input="What is 6 times 7?",
+        instructions="Use the tools.",
+        tools=[MULTIPLY],
+        temperature=0.3,
+        reasoning={"effort": "low"},
     )
     [call] = response.output
     assert call.type == "function_call" and call.name == "multiply" and json.loads(call.arguments) == {"a": 6, "b": 7}
@@ -94,6 +90,7 @@ def test_the_voted_function_call_comes_back_from_exactly_n_upstream_calls(serve)
             0.3,
         )
         assert sent["input"] == [{"role": "user", "content": "What is 6 times 7?"}]
+        assert sent["reasoning"] == {"effort": "low"}
     assert response.usage.input_tokens == upstream.prompt_tokens_billed
     assert response.usage.total_tokens == sample_set.usage.total_tokens > 0
     assert response.status == "completed" and response.model == "gpt-test"

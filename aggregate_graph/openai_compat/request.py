@@ -150,6 +150,14 @@ def check_method(method: str | None) -> str | None:
     return method
 
 
+def pop_stream(kwargs: dict[str, Any]) -> bool:
+    """The request's `stream` flag, taken out of `kwargs` (the candidates' requests are not streamed)."""
+    stream = kwargs.pop("stream", None) or False
+    if not isinstance(stream, bool):
+        raise RequestError(f"stream must be a boolean, got {stream!r}", param="stream")
+    return stream
+
+
 def _positive_int(value: Any, param: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise RequestError(f"{param} must be a positive integer, got {value!r}", param=param)
@@ -198,9 +206,7 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
             param="method" if options.method else "model",
         )
     choices = 1 if (n := kwargs.pop("n", None)) is None else _positive_int(n, "n")
-    stream = kwargs.pop("stream", None) or False
-    if not isinstance(stream, bool):
-        raise RequestError(f"stream must be a boolean, got {stream!r}", param="stream")
+    stream = pop_stream(kwargs)
     stream_options = kwargs.pop("stream_options", None) or {}
     if not isinstance(stream_options, dict):
         raise RequestError("stream_options must be an object", param="stream_options")

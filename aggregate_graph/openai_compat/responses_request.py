@@ -20,6 +20,7 @@ from aggregate_graph.openai_compat.request import (
     as_dict,
     check_method,
     method_prefix,
+    pop_stream,
 )
 
 _OFF = f'extra_body={{"{OPTIONS_KEY}": {{"enabled": false}}}}'
@@ -120,9 +121,7 @@ def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) 
             f"method {method!r} does not apply (use majority, or name no method)",
             param="method" if options.method else "model",
         )
-    stream = kwargs.pop("stream", None) or False
-    if not isinstance(stream, bool):
-        raise RequestError(f"stream must be a boolean, got {stream!r}", param="stream")
+    stream = pop_stream(kwargs)
     kwargs.pop("stream_options", None)  # obfuscation padding of one upstream stream: nothing to pass on
     return Plan(
         model=model,
