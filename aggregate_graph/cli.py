@@ -242,7 +242,7 @@ def proxy(args: argparse.Namespace) -> int:
 
 def _proxy_parser(commands: Any) -> None:
     proxy_cmd = commands.add_parser(
-        "proxy", help="an OpenAI-compatible server that answers chat completions with aggregated candidates"
+        "proxy", help="an OpenAI-compatible server: chat completions and Responses API calls answered with aggregations"
     )
     proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
     proxy_cmd.add_argument(
