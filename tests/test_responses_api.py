@@ -238,3 +238,66 @@ def test_with_streaming_response_gives_the_aggregated_stream_and_refuses_a_singl
     one_response = wrapped.responses.with_streaming_response.create(model="m", input="6 * 7?")
     with pytest.raises(RequestError, match="with_streaming_response works for stream=True"), one_response:
         pass
+
+
+def test_tools_whose_calls_no_vote_covers_are_refused_and_built_in_ones_go_through(serve) -> None:
+    upstream = responses_only(serve, math_replies)
+    wrapped = wrap_openai(client(upstream), n=3)
+    for tool in ({"type": "custom", "name": "run_sql"}, {"type": "computer_use_preview"}, {"type": "shell"}):
+        with pytest.raises(RequestError, match=rf"a '{tool['type']}' tool's calls cannot be aggregated") as caught:
+            wrapped.responses.create(model="m", input="What is 6 times 7?", tools=[MULTIPLY, tool])
+        assert caught.value.param == "tools"
+    assert upstream.calls == 0
+    wrapped.responses.create(model="m", input="What is 6 times 7?", tools=[MULTIPLY, {"type": "web_search"}])
+    assert [sent["tools"][1] for sent in upstream.requests] == [{"type": "web_search"}] * 3
+
+
+def test_an_argument_create_does_not_take_fails_at_once_as_unwrapped(serve) -> None:
+    upstream = responses_only(serve, math_replies)
+    wrapped = wrap_openai(client(upstream), n=3)
+    with pytest.raises(TypeError, match=r"responses\.create\(\) got an unexpected keyword argument 'temprature'"):
+        wrapped.responses.create(model="m", input="What is 6 times 7?", temprature=0.2)
+    with pytest.raises(TypeError, match=r"chat\.completions\.create\(\) got an unexpected keyword argument 'inputs'"):
+        wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], inputs=[])
+    assert upstream.calls == 0
+
+
+def test_echoed_values_newer_than_the_installed_openai_types_do_not_break_the_answer(serve) -> None:
+    upstream = responses_only(serve, math_replies)
+    wrapped = wrap_openai(client(upstream), n=3)
+    response = wrapped.responses.create(model="m", input="What is 6 times 7?", reasoning={"effort": "ultra"})
+    assert response.reasoning.effort == "ultra" and sample_sets_from(response)[0].aggregation.answer == "42"
+
+
+def test_parse_takes_verbosity_and_parse_as_none_reads_plain_text(serve) -> None:
+    class Product(BaseModel):
+        value: int
+
+    upstream = responses_only(serve, ['{"value": 42}'])
+    wrapped = wrap_openai(client(upstream), n=2)
+    parsed = wrapped.responses.parse(model="m", input="6 * 7?", text_format=Product, verbosity="low")
+    assert parsed.output_parsed == Product(value=42) and upstream.requests[-1]["verbosity"] == "low"
+    plain = wrapped.responses.parse(model="m", input="6 * 7?", text_format=Product, parse_as=None)
+    assert plain.output_parsed is None and plain.output_text == '{"value": 42}'
+    assert upstream.requests[-1]["text"]["format"]["name"] == "Product"  # the schema is still asked for
+
+
+def test_a_separate_aggregator_server_is_asked_through_chat_completions(serve) -> None:
+    upstream = responses_only(serve, math_replies)
+    aggregator_server = serve([SSA_VERDICT], apis=("chat",))  # as vLLM or serve-aggregator serve the SSA model
+    wrapped = wrap_openai(client(upstream), n=3, aggregator="ssa", aggregator_client=client(aggregator_server))
+    response = wrapped.responses.create(model="m", input="What is 6 times 7?")
+    aggregation = sample_sets_from(response)[0].aggregation
+    assert aggregation.method == "ssa" and aggregation.details.get("parse_status") != "model_error"
+    assert upstream.calls == 3 and aggregator_server.calls == 1
+    assert "proposed answers" in aggregator_server.requests[0]["messages"][0]["content"]
+
+
+def test_streamed_text_deltas_join_to_the_text_and_only_the_closing_event_carries_the_sample_set(serve) -> None:
+    upstream = responses_only(serve, ["The answer is 42.\n"])
+    wrapped = wrap_openai(client(upstream), n=2)
+    events = list(wrapped.responses.create(model="m", input="6 * 7?", stream=True))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    [done] = [e for e in events if e.type == "response.output_text.done"]
+    assert deltas == done.text == "The answer is 42.\n"
+    assert sample_sets_from(events[0].response) == [] and len(sample_sets_from(events[-1].response)) == 1

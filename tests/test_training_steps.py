@@ -4,6 +4,7 @@ collect (policy over HTTP, resume, imports and the runtime's log), and the CLI's
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -73,11 +74,16 @@ def test_build_filters_long_prompts_and_writes_gsr(tmp_path: Path) -> None:
 
 
 def test_teacher_targets_keep_only_traces_that_reach_the_gold(tmp_path: Path, serve) -> None:
+    tries: Counter[str] = Counter()
+
     def teacher(body: dict, sample_no: int) -> str:
         prompt = body["messages"][-1]["content"]
         if "The red fox" in prompt:  # never right: the example is dropped
             return "<think>Hmm.</think> <answer>13</answer>"
-        return "<think>Check 6 * 7.</think> <answer>42</answer>" if sample_no % 2 else "<answer>7</answer>"
+        # wrong on each example's first try, right on its second: counted per prompt, since the server's sample
+        # numbers depend on the order concurrent requests arrive in
+        tries[prompt] += 1
+        return "<think>Check 6 * 7.</think> <answer>42</answer>" if tries[prompt] == 2 else "<answer>7</answer>"
 
     server = serve(teacher)
     sets = write_sets(tmp_path / "sets.jsonl", 3)

@@ -4,6 +4,7 @@ API's answer — a `ChatCompletion` (or its chunks), or a `Response` (or its eve
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -76,6 +77,16 @@ class ClientMethods(NamedTuple):
         return create
 
 
+def accepted_arguments(create: Callable[..., Any] | None) -> frozenset[str] | None:
+    """The keyword arguments `create` takes (None: any, or no such method)."""
+    if create is None:
+        return None
+    parameters = inspect.signature(create).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return frozenset(parameters)
+
+
 def unwrapped(resource: Any) -> Callable[..., Any]:
     """A resource's own `create`, also once `wrap_openai` has patched it."""
     return getattr(resource, WRAPPED_ATTRIBUTE, None) or resource.create
@@ -145,6 +156,7 @@ class ClientAggregator:
         self.aggregator_model, self.weights = aggregator_model, weights
         self.min_candidates, self.max_n = min_candidates, max_n
         self.max_concurrency, self.store, self.base_url = max_concurrency, store, base_url.rstrip("/")
+        self._accepted = {"chat": accepted_arguments(client.chat), "responses": accepted_arguments(client.responses)}
         self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
         self._lock = threading.Lock()
         self.graphs_built = 0
@@ -167,6 +179,9 @@ class ClientAggregator:
                     param="method",
                 )
             return load_aggregator(method, weights=self.weights)
+        # The upstream is asked through the call's own API (a Responses-only upstream has no other); a separate
+        # aggregator server (vLLM, `serve-aggregator`) through chat completions, which every such server serves.
+        api = api if self.aggregator_client is self.client else "chat"
         chat_model = _MODELS[api](
             create=self.aggregator_client.create(api),
             is_async=self.aggregator_client.is_async,
@@ -220,6 +235,12 @@ class ClientAggregator:
             if isinstance(choices, int) and choices > self.max_n:
                 raise RequestError(f"n={choices} is over the cap of {self.max_n} per request", param="n")
             return None, rest
+        # an argument the client's method does not take fails at once, as unwrapped: sent to n candidates, it
+        # would fail each of them and come back as an API error
+        accepted = self._accepted[api]
+        if accepted is not None and (unknown := sorted(set(rest) - accepted)):
+            name = "responses.create" if api == "responses" else "chat.completions.create"
+            raise TypeError(f"{name}() got an unexpected keyword argument {unknown[0]!r}")
         plan = plan_responses_request(options, rest) if api == "responses" else plan_request(options, rest)
         plan.streamed_response = raw is not None
         n = plan.n or self.n

@@ -15,7 +15,7 @@ from openai.lib._parsing import parse_chat_completion, type_to_response_format_p
 from openai.lib._parsing._responses import parse_response, type_to_text_format_param
 from openai.lib._response_resources import _make_tools
 
-from aggregate_graph.openai_compat.request import OPTIONS_KEY, RequestError, split_options
+from aggregate_graph.openai_compat.request import OPTIONS_KEY, RequestError, given, split_options
 
 _OFF = f'extra_body={{"{OPTIONS_KEY}": {{"enabled": False}}}}'
 
@@ -141,18 +141,21 @@ def patch_responses_parse(responses: Any, create: Callable[..., Any], is_async: 
             return None
         if rest.get("stream"):
             raise RequestError("parse() does not stream; use responses.stream()", param="stream")
-        body = dict(kwargs)
+        body = given(kwargs)
         text_format = body.pop("text_format", omit)
-        if body.pop("parse_as", omit) is not omit:
-            raise RequestError("parse_as is not aggregated; use text_format", param="parse_as")
+        parse_as = body.pop("parse_as", omit)
         if text_format is not omit:
             if "format" in (body.get("text") or {}):
                 raise TypeError("Cannot mix and match text.format with text_format")
             body["text"] = {**(body.get("text") or {}), "format": type_to_text_format_param(text_format)}
+        if "verbosity" in body:  # a field of parse's body that create() has no argument for
+            body["extra_body"] = {**(body.get("extra_body") or {}), "verbosity": body.pop("verbosity")}
         tools = _make_tools(body.get("tools", omit))
         if tools is not omit:
             body["tools"] = tools
-        return body, text_format, tools
+        # what the output is parsed as, as openai's parse decides: parse_as (None: plain text), else text_format
+        output_format = omit if parse_as is None else parse_as if parse_as is not omit else text_format
+        return body, output_format, tools
 
     if is_async:
 

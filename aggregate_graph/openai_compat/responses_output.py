@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from openai._models import construct_type
 from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import TypeAdapter
 
 from aggregate_graph.openai_compat.chat_output import SAMPLE_SETS_FIELD, finish_reason
 from aggregate_graph.openai_compat.request import Plan
@@ -34,7 +34,6 @@ _ECHOED: dict[str, Any] = {
     "top_p": None,
     "truncation": "disabled",
 }
-_EVENT = TypeAdapter(ResponseStreamEvent)
 
 
 def new_id(prefix: str) -> str:
@@ -89,8 +88,12 @@ def response_json(
 
 
 def _pieces(text: str) -> list[str]:
-    """Text deltas as a model streams them: a word (with its leading space) at a time."""
-    return re.findall(r"\s*\S+", text) or ([text] if text else [])
+    """Text deltas as a model streams them: a word (with its leading space) at a time; joined, they are `text`."""
+    pieces = re.findall(r"\s*\S+", text)
+    if not pieces:
+        return [text] if text else []
+    pieces[-1] += text[len(text.rstrip()) :]
+    return pieces
 
 
 def stream_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -103,7 +106,8 @@ def stream_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
         number += 1
         return {"type": kind, "sequence_number": number - 1, **fields}
 
-    opening = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    opening = {k: v for k, v in response.items() if k != SAMPLE_SETS_FIELD}  # the closing event carries them
+    opening.update(status="in_progress", output=[], usage=None, incomplete_details=None)
     yield event("response.created", response=opening)
     yield event("response.in_progress", response=opening)
     for index, item in enumerate(response["output"]):
@@ -147,13 +151,13 @@ def aggregated_response(plan: Plan, sample_set: SampleSet) -> Response:
     payload = response_json(
         plan.params, plan.model, output, sample_set.usage, cut_off=finish_reason(sample_set) == "length"
     )
-    return Response.model_validate({**payload, SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]})
+    # built as the openai client builds what a server sends (not validated): the echoed request fields may hold
+    # values newer than this openai's types, which the upstream accepted
+    return construct_type(type_=Response, value={**payload, SAMPLE_SETS_FIELD: [sample_set.model_dump(mode="json")]})
 
 
 def typed_events(response: Response) -> list[Any]:
     """`stream_events` of a typed Response, as the typed events the `openai` client yields; the sample sets ride
     on the closing event's response, as on the Response itself."""
-    return [
-        _EVENT.validate_python(e)
-        for e in stream_events(response.model_dump(mode="json", exclude_unset=True, by_alias=True))
-    ]
+    payload = response.model_dump(mode="json", exclude_unset=True, by_alias=True)
+    return [construct_type(type_=ResponseStreamEvent, value=event) for event in stream_events(payload)]

@@ -36,6 +36,11 @@ _STATEFUL = {
     "background": "an aggregated response is answered in the request, not run in the background; leave background out",
 }
 _LOGPROBS_INCLUDE = "message.output_text.logprobs"
+# Tools whose calls can be aggregated: function calls are voted on (as plans); the built-in tools run on the
+# server within each candidate call, whose answer text is what is voted on. Any other tool (custom, computer,
+# shell, apply_patch, local_shell, MCP approvals, image generation) answers with items for the caller to act on,
+# which no vote here covers: refused rather than dropped from the answer.
+AGGREGATED_TOOLS = ("function", "web_search", "web_search_preview", "file_search", "code_interpreter")
 
 
 def input_text(content: Any) -> str:
@@ -82,6 +87,19 @@ def _refuse_logprobs(kwargs: dict[str, Any]) -> None:
         )
 
 
+def _refuse_unvoted_tools(kwargs: dict[str, Any]) -> None:
+    tools = kwargs.get("tools") or []
+    for tool in tools if isinstance(tools, list | tuple) else []:
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind not in AGGREGATED_TOOLS:
+            raise RequestError(
+                f"tools: a {kind!r} tool's calls cannot be aggregated (function calls are voted on, and the "
+                f"built-in {', '.join(AGGREGATED_TOOLS[1:])} tools run within each candidate); send the request "
+                f"with {_OFF} to call the model directly",
+                param="tools",
+            )
+
+
 def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     """The plan for an aggregated Responses call (`kwargs` without our options), or a RequestError saying what
     cannot be aggregated. The plan's `messages` are the caller's input items (a string input is one user
@@ -107,6 +125,7 @@ def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) 
         raise RequestError("input must be a non-empty string or list of items", param="input")
     _refuse_stateful(kwargs)
     _refuse_logprobs(kwargs)
+    _refuse_unvoted_tools(kwargs)
     question = _question(items)
     method_from_model, model = method_prefix(model)
     method = check_method(options.method or method_from_model)
