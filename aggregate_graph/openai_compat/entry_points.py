@@ -86,97 +86,93 @@ def forget_raw_wrappers(chat_resource: Any) -> None:
         vars(chat_resource).pop(name, None)
 
 
-def patch_parse(completions: Any, create: Callable[..., Any], is_async: bool) -> None:
-    """`parse(response_format=Model, tools=[pydantic_function_tool(...)])` through the patched `create`: the
-    model becomes a json_schema response format (so the candidates' JSON objects are voted on) and the voted
-    answer is parsed into it, as openai's own `parse` does. With aggregation off, openai's own `parse`."""
-    original = getattr(completions, "parse", None)
+_Prepared = tuple[dict[str, Any], Callable[[Any], Any]]  # the `create` body, and how its answer is parsed
+
+
+def _patch_parse(
+    resource: Any,
+    create: Callable[..., Any],
+    is_async: bool,
+    prepare: Callable[[dict[str, Any]], _Prepared],
+    path: str,
+) -> None:
+    """`resource.parse` (the client's `path`) through the patched `create`: `prepare` turns the call into the
+    body to aggregate and the parser of the aggregated answer, as openai's own `parse` parses one. With
+    aggregation off, openai's own."""
+    original = getattr(resource, "parse", None)
     if original is None:
         return
 
-    def request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any, Any] | None:
+    def planned(kwargs: dict[str, Any]) -> _Prepared | None:
         options, rest = split_options(kwargs)
         if not options.enabled:
             return None
         if rest.get("stream"):
-            raise RequestError("parse() does not stream; use chat.completions.stream()", param="stream")
-        response_format = kwargs.get("response_format", NOT_GIVEN)
-        tools = validate_input_tools(kwargs.get("tools", NOT_GIVEN))
-        headers = {"X-Stainless-Helper-Method": "chat.completions.parse", **(kwargs.get("extra_headers") or {})}
-        body = {**kwargs, "response_format": type_to_response_format_param(response_format), "extra_headers": headers}
-        return body, response_format, tools
+            raise RequestError(f"parse() does not stream; use {path}.stream()", param="stream")
+        return prepare(kwargs)
 
     if is_async:
 
         async def aparse(**kwargs: Any) -> Any:
-            if (planned := request(kwargs)) is None:
+            if (plan := planned(kwargs)) is None:
                 return await original(**split_options(kwargs)[1])
-            body, response_format, tools = planned
-            answer = await create(**body)
-            return parse_chat_completion(response_format=response_format, input_tools=tools, chat_completion=answer)
+            body, parse_answer = plan
+            return parse_answer(await create(**body))
 
         patched: Callable[..., Any] = aparse
     else:
 
         def parse(**kwargs: Any) -> Any:
-            if (planned := request(kwargs)) is None:
+            if (plan := planned(kwargs)) is None:
                 return original(**split_options(kwargs)[1])
-            body, response_format, tools = planned
-            answer = create(**body)
-            return parse_chat_completion(response_format=response_format, input_tools=tools, chat_completion=answer)
+            body, parse_answer = plan
+            return parse_answer(create(**body))
 
         patched = parse
-    completions.parse = functools.wraps(original)(patched)
+    resource.parse = functools.wraps(original)(patched)
+
+
+def _chat_parse_request(kwargs: dict[str, Any]) -> _Prepared:
+    """`chat.completions.parse(response_format=Model, tools=[pydantic_function_tool(...)])`: the model becomes a
+    json_schema response format (so the candidates' JSON objects are voted on) and the voted answer is parsed
+    into it; function tools' arguments are parsed too."""
+    response_format = kwargs.get("response_format", NOT_GIVEN)
+    tools = validate_input_tools(kwargs.get("tools", NOT_GIVEN))
+    headers = {"X-Stainless-Helper-Method": "chat.completions.parse", **(kwargs.get("extra_headers") or {})}
+    body = {**kwargs, "response_format": type_to_response_format_param(response_format), "extra_headers": headers}
+    return body, lambda answer: parse_chat_completion(
+        response_format=response_format, input_tools=tools, chat_completion=answer
+    )
+
+
+def _responses_parse_request(kwargs: dict[str, Any]) -> _Prepared:
+    """`responses.parse(text_format=Model, tools=[pydantic_function_tool(...)])`: the model becomes the
+    `text.format` json_schema (so the candidates' JSON objects are voted on) and the voted answer is parsed into
+    it — or into `parse_as` (None: read as plain text), as openai's `parse` decides."""
+    body = given(kwargs)
+    text_format = body.pop("text_format", omit)
+    parse_as = body.pop("parse_as", omit)
+    if text_format is not omit:
+        if "format" in (body.get("text") or {}):
+            raise TypeError("Cannot mix and match text.format with text_format")
+        body["text"] = {**(body.get("text") or {}), "format": type_to_text_format_param(text_format)}
+    if "verbosity" in body:  # a field of parse's body that create() has no argument for
+        body["extra_body"] = {**(body.get("extra_body") or {}), "verbosity": body.pop("verbosity")}
+    tools = _make_tools(body.get("tools", omit))
+    if tools is not omit:
+        body["tools"] = tools
+    output_format = omit if parse_as is None else parse_as if parse_as is not omit else text_format
+    return body, lambda answer: parse_response(text_format=output_format, input_tools=tools, response=answer)
+
+
+def patch_parse(completions: Any, create: Callable[..., Any], is_async: bool) -> None:
+    """`chat.completions.parse` aggregates through the patched `create` (`_chat_parse_request`)."""
+    _patch_parse(completions, create, is_async, _chat_parse_request, "chat.completions")
 
 
 def patch_responses_parse(responses: Any, create: Callable[..., Any], is_async: bool) -> None:
-    """`responses.parse(text_format=Model, tools=[pydantic_function_tool(...)])` through the patched `create`: the
-    model becomes the `text.format` json_schema (so the candidates' JSON objects are voted on) and the voted
-    answer is parsed into it, as openai's own `parse` does. With aggregation off, openai's own `parse`."""
-    original = responses.parse
-
-    def request(kwargs: dict[str, Any]) -> tuple[dict[str, Any], Any, Any] | None:
-        options, rest = split_options(kwargs)
-        if not options.enabled:
-            return None
-        if rest.get("stream"):
-            raise RequestError("parse() does not stream; use responses.stream()", param="stream")
-        body = given(kwargs)
-        text_format = body.pop("text_format", omit)
-        parse_as = body.pop("parse_as", omit)
-        if text_format is not omit:
-            if "format" in (body.get("text") or {}):
-                raise TypeError("Cannot mix and match text.format with text_format")
-            body["text"] = {**(body.get("text") or {}), "format": type_to_text_format_param(text_format)}
-        if "verbosity" in body:  # a field of parse's body that create() has no argument for
-            body["extra_body"] = {**(body.get("extra_body") or {}), "verbosity": body.pop("verbosity")}
-        tools = _make_tools(body.get("tools", omit))
-        if tools is not omit:
-            body["tools"] = tools
-        # what the output is parsed as, as openai's parse decides: parse_as (None: plain text), else text_format
-        output_format = omit if parse_as is None else parse_as if parse_as is not omit else text_format
-        return body, output_format, tools
-
-    if is_async:
-
-        async def aparse(**kwargs: Any) -> Any:
-            if (planned := request(kwargs)) is None:
-                return await original(**split_options(kwargs)[1])
-            body, text_format, tools = planned
-            answer = await create(**body)
-            return parse_response(text_format=text_format, input_tools=tools, response=answer)
-
-        patched: Callable[..., Any] = aparse
-    else:
-
-        def parse(**kwargs: Any) -> Any:
-            if (planned := request(kwargs)) is None:
-                return original(**split_options(kwargs)[1])
-            body, text_format, tools = planned
-            return parse_response(text_format=text_format, input_tools=tools, response=create(**body))
-
-        patched = parse
-    responses.parse = functools.wraps(original)(patched)
+    """`responses.parse` aggregates through the patched `create` (`_responses_parse_request`)."""
+    _patch_parse(responses, create, is_async, _responses_parse_request, "responses")
 
 
 def refuse_unaggregated(client: Any) -> None:
