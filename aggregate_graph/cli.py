@@ -154,7 +154,7 @@ def serve_aggregator(args: argparse.Namespace) -> int:
 
 def _serve_vllm(args: argparse.Namespace) -> int:
     # Engines are imported on use: `ask` needs neither, and the local one needs the `serve` extra.
-    from aggregate_graph.serve.vllm import VLLMNotFoundError, exec_vllm, vllm_command
+    from aggregate_graph.serve.vllm import PortTakenError, VLLMNotFoundError, run_vllm, vllm_command
 
     try:
         command = vllm_command(
@@ -164,18 +164,19 @@ def _serve_vllm(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             max_model_len=args.max_model_len,
+            dtype=args.dtype or "auto",
             vllm=args.vllm,
         )
-    except (VLLMNotFoundError, FileNotFoundError, ValueError) as exc:
+        key_note = " (API key in VLLM_API_KEY)" if args.api_key else ""
+        print(f"running: {shlex.join(command)}{key_note}", file=sys.stderr, flush=True)
+        return run_vllm(command, host=args.host, port=args.port, api_key=args.api_key)
+    except (VLLMNotFoundError, PortTakenError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    key_note = " (API key in VLLM_API_KEY)" if args.api_key else ""
-    print(f"running: {shlex.join(command)}{key_note}", file=sys.stderr, flush=True)
-    exec_vllm(command, api_key=args.api_key)
 
 
 def _serve_local(args: argparse.Namespace) -> int:
-    for flag in ("max_model_len", "vllm"):
+    for flag in ("max_model_len", "vllm", "dtype"):
         if getattr(args, flag) is not None:
             print(f"error: --{flag.replace('_', '-')} applies only to --engine vllm", file=sys.stderr)
             return 2
@@ -338,7 +339,8 @@ def parser() -> argparse.ArgumentParser:
         "--engine",
         choices=["vllm", "local"],
         default="vllm",
-        help="vllm (GPU, the default; vLLM in its own environment) or local (CPU, needs the serve extra)",
+        help="vllm (the default: a real vLLM from its own environment, `make vllm-env`; the fast path on a GPU) or "
+        "local (CPU, in this process, needs the serve extra: the faster one on a CPU)",
     )
     serve_cmd.add_argument(
         "--host", default="127.0.0.1", help="default 127.0.0.1; another host needs --api-key (local)"
@@ -346,7 +348,16 @@ def parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--port", type=int, default=8000)
     serve_cmd.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
     serve_cmd.add_argument("--max-model-len", type=int, help="vLLM context length (default: sized for 8 candidates)")
-    serve_cmd.add_argument("--vllm", help="the vllm executable, e.g. vllm-env/bin/vllm (default: the one on PATH)")
+    serve_cmd.add_argument(
+        "--vllm",
+        help="vLLM's environment: its folder, python or vllm executable (default: $AGGREGATE_GRAPH_VLLM_ENV, else the "
+        ".vllm-env/ that `make vllm-env` builds, here or in a parent folder, else the vllm on PATH)",
+    )
+    serve_cmd.add_argument(
+        "--dtype",
+        help="vLLM's weights precision (default auto: without CUDA, bfloat16 where the CPU computes it natively, "
+        "else float32)",
+    )
     serve_cmd.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
     serve_cmd.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger request bodies get 413 (local)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import stat
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 from langchain_openai import ChatOpenAI
 
 from aggregate_graph.serve.local import create_app
-from aggregate_graph.serve.vllm import VLLMNotFoundError, find_vllm, max_model_len_for, vllm_command
+from aggregate_graph.serve.vllm import VLLMNotFoundError, find_vllm, max_model_len_for, served_names, vllm_command
 from aggregate_graph.testing import running
 
 pytestmark = pytest.mark.slow
@@ -52,23 +53,26 @@ def model_folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def vllm_stand_in(tmp_path: Path) -> Path:
-    """An executable in vLLM's place that prints the arguments it was started with."""
-    script = tmp_path / "bin" / "vllm"
-    script.parent.mkdir()
+    """A vLLM environment whose python prints the arguments it was started with and the key it was handed."""
+    script = tmp_path / "vllm-env" / "bin" / "python"
+    script.parent.mkdir(parents=True)
     script.write_text('#!/bin/sh\necho "vllm-stand-in $*"\necho "VLLM_API_KEY=$VLLM_API_KEY"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return script
 
 
 def test_vllm_command_without_adapter(model_folder: Path, vllm_stand_in: Path) -> None:
-    command = vllm_command(model_folder, host="127.0.0.1", port=8001, vllm=vllm_stand_in)
-    assert command == [
-        str(vllm_stand_in), "serve", str(model_folder),
-        "--served-model-name", "aggregator",
-        "--host", "127.0.0.1", "--port", "8001",
-        "--max-model-len", "8192",  # max_model_len_for(8) is 10240, capped at the model's own context
-        "--enable-prefix-caching",
-    ]  # fmt: skip
+    # the environment's folder, its python and its vllm executable all name the same environment
+    for named in (vllm_stand_in.parents[1], vllm_stand_in, vllm_stand_in.parent / "vllm"):
+        command = vllm_command(model_folder, host="127.0.0.1", port=8001, dtype="float32", vllm=named)
+        assert command == [
+            str(vllm_stand_in), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
+            "--served-model-name", "aggregator",
+            "--host", "127.0.0.1", "--port", "8001",
+            "--max-model-len", "8192",  # max_model_len_for(8) is 10240, capped at the model's own context
+            "--dtype", "float32",
+            "--enable-prefix-caching",
+        ]  # fmt: skip
 
 
 def test_vllm_command_with_adapter_serves_the_base_under_another_name(
@@ -84,17 +88,23 @@ def test_vllm_command_with_adapter_serves_the_base_under_another_name(
         host="0.0.0.0",
         port=9000,
         max_model_len=4096,
+        dtype="bfloat16",
         vllm=vllm_stand_in,
     )
     assert command == [
-        str(vllm_stand_in), "serve", str(model_folder),
+        str(vllm_stand_in), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_folder),
         "--served-model-name", "ssa-base",
         "--enable-lora", "--lora-modules", f"ssa={adapter}",
         "--max-lora-rank", "32",  # above vLLM's default of 16, which would refuse the adapter
         "--host", "0.0.0.0", "--port", "9000",
         "--max-model-len", "4096",
+        "--dtype", "bfloat16",
         "--enable-prefix-caching",
     ]  # fmt: skip
+    assert served_names(command) == ["ssa", "ssa-base"]
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 1024, "peft_type": "LORA"}))
+    with pytest.raises(ValueError, match="LoRA rank 1024 is above the largest rank vLLM serves"):
+        vllm_command(model_folder, adapter=adapter, vllm=vllm_stand_in)
 
 
 def test_max_model_len_is_sized_for_k_candidates() -> None:
@@ -106,17 +116,31 @@ def test_max_model_len_is_sized_for_k_candidates() -> None:
 
 def test_missing_vllm_is_explained(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(VLLMNotFoundError, match=r"(?s)No `vllm` executable on PATH.*pip install vllm.*--vllm"):
+    monkeypatch.delenv("AGGREGATE_GRAPH_VLLM_ENV", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VLLMNotFoundError, match=r"(?s)No vLLM environment found.*make vllm-env.*--vllm"):
         find_vllm()
     done = cli("--engine", "vllm", "--vllm", str(tmp_path / "nowhere" / "vllm"))
     assert done.returncode == 2
-    assert "is not an executable file" in done.stderr and "vllm-env/bin/pip install vllm" in done.stderr
+    assert "is not a vLLM environment" in done.stderr and "make vllm-env" in done.stderr
 
 
-def test_cli_hands_the_process_to_vllm(model_folder: Path, vllm_stand_in: Path) -> None:
+def test_a_taken_port_is_named_before_vllm_starts(model_folder: Path, vllm_stand_in: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", str(port))
+    assert done.returncode == 2
+    assert f"error: port {port} on 127.0.0.1 is taken" in done.stderr and "--port" in done.stderr
+    assert "vllm-stand-in" not in done.stdout  # nothing was started
+
+
+def test_cli_starts_vllm_with_the_key_in_its_environment(model_folder: Path, vllm_stand_in: Path) -> None:
     done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", "8123", "--api-key", "secret")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"vllm-stand-in serve {model_folder} --served-model-name aggregator ")
+    # the stand-in exits at once, never ready: the CLI says so and fails
+    assert done.returncode == 1 and "exited with status 0 before it was ready" in done.stderr
+    assert done.stdout.startswith(f"vllm-stand-in -m vllm.entrypoints.openai.api_server --model {model_folder} ")
     argv_line, env_line = done.stdout.splitlines()
     assert "--port 8123" in argv_line and "secret" not in argv_line  # never on vLLM's argv (ps shows it)
     assert env_line == "VLLM_API_KEY=secret" and "secret" not in done.stderr  # handed over in its environment

