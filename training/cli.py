@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     configs = parse(argv[0], argv[1:])
     _, run = STEPS[argv[0]].load()
     result = run(*configs)
-    print(json.dumps(result, indent=2, default=str) if isinstance(result, dict) else result)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, the main process speaks for all
+        print(json.dumps(result, indent=2, default=str) if isinstance(result, dict) else result)
     return 0
 
 

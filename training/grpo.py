@@ -18,14 +18,12 @@ from training.modeling import (
     ModelArguments,
     TrainStepConfig,
     build_format,
-    keep_render_settings,
+    finish_step,
     last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
     redeclare,
-    save_step_config,
-    tokens_seen,
 )
 from training.targets import FORMATS, Format
 
@@ -83,8 +81,4 @@ def grpo(config: GRPOStepConfig, model: ModelArguments) -> dict[str, Any]:
     )
     resume = last_checkpoint(config.output_dir) if config.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(config.output_dir)
-    trainer.processing_class.save_pretrained(config.output_dir)
-    keep_render_settings(config.data_dir, config.output_dir)
-    save_step_config("grpo", config, model)
-    return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}
+    return finish_step("grpo", trainer, result, config, model)

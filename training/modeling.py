@@ -4,6 +4,7 @@ project's defaults for `SFTConfig` / `GRPOConfig`), loading the model and tokeni
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
@@ -84,13 +85,34 @@ def last_checkpoint(output_dir: str) -> str | None:
 
 
 def save_step_config(step: str, args: TrainingArguments, model: ModelConfig) -> None:
-    """Record how the model in `args.output_dir` was made (the trainer's and the model's configs); `export` reads
-    the base model and writes the record to the card."""
+    """Record how the model in `args.output_dir` was made (the trainer's and the model's configs, the processes it
+    ran on and the global batch they made together); `export` reads the base model and writes the record to the
+    card."""
     base = str(resolve_model_dir(model.model_name_or_path))
-    record = {"step": step, "base_model": base, "config": args.to_dict() | asdict(model)}
+    world_size = args.world_size
+    record = {
+        "step": step,
+        "base_model": base,
+        "world_size": world_size,
+        "global_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * world_size,
+        "config": args.to_dict() | asdict(model),
+    }
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     text = json.dumps(record, indent=2, default=str) + "\n"
     (Path(args.output_dir) / "training_step.json").write_text(text, encoding="utf-8")
+
+
+def finish_step(step: str, trainer: Any, result: Any, config: Any, model: ModelConfig) -> dict[str, Any]:
+    """Save what a training step made to `config.output_dir` — the model (or adapter), its tokenizer, `build`'s
+    render settings and the step's record — and return its metrics. Every process takes part in saving the model
+    (the trainer writes it from the main one); the rest is written by the main process alone, so a run of several
+    processes (`torchrun --nproc_per_node N`) writes each file once."""
+    trainer.save_model(config.output_dir)
+    if trainer.is_world_process_zero():
+        trainer.processing_class.save_pretrained(config.output_dir)
+        keep_render_settings(config.data_dir, config.output_dir)
+        save_step_config(step, config, model)
+    return dict(result.metrics) | {"num_tokens": tokens_seen(trainer), "world_size": config.world_size}
 
 
 def tokens_seen(trainer: Any) -> float:
@@ -166,3 +188,16 @@ class TrainStepConfig:
     save_steps: float = redeclare(TrainingArguments, "save_steps", 200)
     save_total_limit: int | None = redeclare(TrainingArguments, "save_total_limit", 2)
     seed: int = redeclare(TrainingArguments, "seed", 0)
+
+    def __post_init__(self) -> None:
+        # Launched as several processes (torchrun) on a machine without an accelerator: transformers sets up DDP
+        # over gloo only when told the device is the CPU; otherwise each process trains alone on its own share.
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
+            self.use_cpu = True
+        super().__post_init__()  # type: ignore[misc]
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())

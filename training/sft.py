@@ -12,14 +12,12 @@ from trl import SFTConfig
 from training.modeling import (
     ModelArguments,
     TrainStepConfig,
-    keep_render_settings,
+    finish_step,
     last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
     redeclare,
-    save_step_config,
-    tokens_seen,
 )
 
 logger = logging.getLogger(__name__)
@@ -122,8 +120,4 @@ def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
     )
     resume = last_checkpoint(config.output_dir) if config.resume else None
     result = trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(config.output_dir)
-    tokenizer.save_pretrained(config.output_dir)
-    keep_render_settings(config.data_dir, config.output_dir)
-    save_step_config("sft", config, model)
-    return dict(result.metrics) | {"num_tokens": tokens_seen(trainer)}
+    return finish_step("sft", trainer, result, config, model)
