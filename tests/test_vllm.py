@@ -32,6 +32,7 @@ from openai import OpenAI
 from aggregate_graph import build_aggregate_graph, load_aggregator, sample_sets_from
 from aggregate_graph.n_support import endpoint, n_mode
 from aggregate_graph.openai_compat.proxy import ProxyConfig, create_proxy_app
+from aggregate_graph.serve.vllm import check_port_free
 from aggregate_graph.testing import running
 from benchmarks.ssa_inference import validation_draws
 
@@ -77,16 +78,22 @@ def served() -> Iterator[Served]:
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     server = Served(process, port)
-    deadline = time.monotonic() + 900
-    while not server.ready.wait(1) and process.poll() is None and time.monotonic() < deadline:
-        pass
-    assert server.ready.is_set(), "".join(server.lines[-40:])
-    yield server
-    process.send_signal(signal.SIGTERM)  # what a supervisor sends
-    status = process.wait(timeout=120)
-    assert status == 0, "".join(server.lines[-40:])
-    with socket.socket() as probe:  # vLLM is gone, not left behind holding the port
-        probe.bind(("127.0.0.1", port))
+    try:
+        deadline = time.monotonic() + 1200  # past the CLI's own 900 s wait, which starts after SmolLM2's conversion
+        while not server.ready.wait(1) and process.poll() is None and time.monotonic() < deadline:
+            pass
+        assert server.ready.is_set(), "".join(server.lines[-40:])
+        yield server
+        process.send_signal(signal.SIGTERM)  # what a supervisor sends
+        assert process.wait(timeout=120) == 0, "".join(server.lines[-40:])
+        check_port_free("127.0.0.1", port)  # vLLM is gone, not left behind holding the port
+    finally:
+        if process.poll() is None:  # a second SIGTERM makes the CLI kill vLLM's whole process group
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def test_it_serves_the_adapter_and_its_base_under_the_documented_names(served: Served) -> None:

@@ -200,4 +200,4 @@ class TrainStepConfig:
 def _has_accelerator() -> bool:
     import torch
 
-    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+    return torch.accelerator.is_available()

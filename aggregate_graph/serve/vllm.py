@@ -9,6 +9,8 @@ told to. The command is `python -m vllm.entrypoints.openai.api_server`, which bo
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import shutil
@@ -17,9 +19,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import httpx
 
@@ -164,16 +165,29 @@ def served_names(command: list[str]) -> list[str]:
 
 
 def check_port_free(host: str, port: int) -> None:
-    """Raises `PortTakenError` when something already listens on `host:port` (vLLM would fail after loading)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    """Raises `PortTakenError` when something already listens on `host:port` (vLLM would fail after loading),
+    and ValueError when `host` cannot be served on at all."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise ValueError(f"--host {host!r}: {exc.strerror}") from None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to serve on
         try:
-            probe.bind((host, port))
+            probe.bind(address)
         except OSError as exc:
-            raise PortTakenError(f"port {port} on {host} is taken ({exc.strerror}): pick another with --port") from None
+            if exc.errno == errno.EADDRINUSE:
+                raise PortTakenError(f"port {port} on {host} is taken: pick another with --port") from None
+            raise ValueError(f"cannot serve on {host}:{port}: {exc.strerror}") from None
 
 
-def _environment(command: list[str], api_key: str | None) -> dict[str, str]:
+def base_url(host: str, port: int) -> str:
+    """Where a client on this machine reaches a server bound to `host:port` (a wildcard host: loopback)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _environment(api_key: str | None) -> dict[str, str]:
     """vLLM's environment: the API key in `VLLM_API_KEY` (never on argv, which `ps` shows); on a CPU, a
     bounded KV cache unless the caller set one."""
     env = dict(os.environ)
@@ -184,16 +198,74 @@ def _environment(command: list[str], api_key: str | None) -> dict[str, str]:
     return env
 
 
-def _ready(base: str, process: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Polls vLLM's /health until it answers 200 (True), or the process ends or the deadline passes (False)."""
-    while process.poll() is None and time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health", timeout=2.0).status_code == 200:
-                return True
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+class _Supervised:
+    """vLLM as a child in its own process group (so a terminal's Ctrl-C reaches it once, through us), and the stop
+    requests sent on to it: the first as SIGINT / SIGTERM, which vLLM shuts its engine down on; a second kills the
+    whole group (the API server and its engine process)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stops = 0
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Supervised:
+        # installed before the child starts: a stop that comes while it starts is not lost
+        self._previous = {sig: signal.signal(sig, self._stop) for sig in self.SIGNALS}
+        return self
+
+    def start(self, command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        self.process = subprocess.Popen(command, env=env, start_new_session=True)
+        if self.stops:
+            self._send(signal.SIGTERM)
+        return self.process
+
+    def _stop(self, signum: int, _: object) -> None:
+        self.stops += 1
+        self._send(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
+
+    def _send(self, sig: int) -> None:
+        # runs in a signal handler too: poll() never blocks, and nothing here waits (the main thread may be inside
+        # process.wait(), holding the lock a second wait would block on)
+        if self.process is None or self.process.poll() is not None:
+            return
+        if self.stops > 1:
+            self._kill_group()
+        else:
+            self.process.send_signal(sig)
+
+    def _kill_group(self) -> None:
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self._kill_group()
+            self.process.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self.kill()  # whatever happened, never leave vLLM running behind us
+
+
+def _ready(base: str, supervised: _Supervised, deadline: float) -> bool:
+    """Polls vLLM's /health until it answers 200 (True), or it ends, is told to stop, or the deadline passes."""
+    assert supervised.process is not None
+    with httpx.Client(trust_env=False, timeout=2.0) as client:  # loopback: never through a proxy
+        while supervised.process.poll() is None and not supervised.stops and time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(f"{base}/health").status_code == 200:
+                    return True
+            time.sleep(0.5)
     return False
+
+
+def _exit_status(status: int) -> int:
+    """A child's status as a shell reports it: death by signal N is 128 + N."""
+    return 128 - status if status < 0 else status
 
 
 def run_vllm(
@@ -205,44 +277,27 @@ def run_vllm(
     ready_timeout_s: float = 900.0,
     out: TextIO = sys.stderr,
 ) -> int:
-    """Starts vLLM, says `ready: URL (models: …)` on `out` once it answers, and waits for it; SIGTERM or Ctrl-C
-    stop it cleanly (sent on to vLLM, which shuts down its engine). Returns vLLM's exit status; 1 when it ended
-    or hung before it was ready (its own log, above, says why)."""
+    """Starts vLLM, says `ready: URL (models: …)` on `out` once it answers, and waits for it. SIGTERM, SIGHUP or
+    Ctrl-C stop it cleanly (sent on to vLLM, which shuts down its engine; a second one kills it). Returns 0 after
+    a requested stop, 1 when vLLM ended or hung before it was ready (its own log, above, says why), else vLLM's
+    exit status."""
     check_port_free(host, port)
-    # its own session: a terminal's Ctrl-C reaches it once, through us, not twice
-    process = subprocess.Popen(command, env=_environment(command, api_key), start_new_session=True)
-    stop_requested = False
-
-    def forward(signum: int, _: object) -> None:
-        nonlocal stop_requested
-        stop_requested = True
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM)
-
-    previous: dict[int, Callable[..., object] | int | None] = {
-        sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)
-    }
-    try:
-        base = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
-        if _ready(base, process, time.monotonic() + ready_timeout_s):
+    with _Supervised() as supervised:
+        process = supervised.start(command, _environment(api_key))
+        base = base_url(host, port)
+        if _ready(base, supervised, time.monotonic() + ready_timeout_s):
             print(f"ready: {base}/v1 (models: {', '.join(served_names(command))})", file=out, flush=True)
-        elif not stop_requested:
+        elif not supervised.stops:
             if process.poll() is None:
                 print(f"error: vLLM did not answer within {ready_timeout_s:g} s; stopping it", file=out)
-                process.terminate()
-                process.wait(timeout=60)
             else:
                 print(f"error: vLLM exited with status {process.returncode} before it was ready (its log is above)",
                       file=out)  # fmt: skip
             return 1
         status = process.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if process.poll() is None:  # an exception here: never leave vLLM running behind us
-            process.kill()
-            process.wait()
-    return 0 if stop_requested and status in (0, -signal.SIGTERM, -signal.SIGINT) else status
+    if supervised.stops and status in (0, -signal.SIGTERM, -signal.SIGINT):
+        return 0
+    return _exit_status(status)
 
 
 def _lora_rank_slot(rank: int) -> int:
