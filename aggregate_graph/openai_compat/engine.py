@@ -332,7 +332,8 @@ class ClientAggregator:
             chunks = self._stream(graph, calls, plan)
             return ChunkStream(chunks, held_until_under_way(chunks, quorum))
         results = graph.batch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
-        return self._answer(plan, self._outcomes(results, plan.api))
+        answer = self._answer(plan, self._outcomes(results, plan.api))
+        return ChunkStream(iter(typed_events(answer))) if plan.stream else answer
 
     async def arun(self, plan: Plan) -> Any:
         graph, calls, quorum = self.graph(plan)
@@ -341,16 +342,13 @@ class ClientAggregator:
             return AsyncChunkStream(chunks, await aheld_until_under_way(chunks, quorum))
         results = await graph.abatch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
         answer = self._answer(plan, self._outcomes(results, plan.api))
-        return AsyncChunkStream(_replayed(answer)) if isinstance(answer, ChunkStream) else answer
+        return AsyncChunkStream(_replayed(typed_events(answer))) if plan.stream else answer
 
     @staticmethod
     def _answer(plan: Plan, sample_sets: list[SampleSet]) -> Any:
-        """The API's answer. A streamed Responses call is answered once the aggregate is known (its parts are
-        all decided together), replayed as the standard events: text in word deltas, then `response.completed`."""
-        if plan.api == "chat":
-            return completion(plan, sample_sets)
-        response = aggregated_response(plan, sample_sets[0])
-        return ChunkStream(iter(typed_events(response))) if plan.stream else response
+        """The API's answer: a `ChatCompletion`, or a `Response`. (A streamed Responses call is answered once the
+        aggregate is known, its parts all being decided together: `run` replays it as the standard events.)"""
+        return completion(plan, sample_sets) if plan.api == "chat" else aggregated_response(plan, sample_sets[0])
 
     def _stream(self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan) -> Iterator[Any]:
         writer = ChunkWriter(plan)
@@ -378,6 +376,6 @@ class ClientAggregator:
             yield chunk
 
 
-async def _replayed(events: ChunkStream) -> AsyncIterator[Any]:
+async def _replayed(events: list[Any]) -> AsyncIterator[Any]:
     for event in events:
         yield event

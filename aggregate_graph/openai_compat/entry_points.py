@@ -13,7 +13,11 @@ from typing import Any
 from openai import NOT_GIVEN, omit
 from openai.lib._parsing import parse_chat_completion, type_to_response_format_param, validate_input_tools
 from openai.lib._parsing._responses import parse_response, type_to_text_format_param
-from openai.lib._response_resources import _make_tools
+
+try:  # openai's conversion of pydantic_function_tool()s into Responses tools, used by its own responses.parse
+    from openai.lib._response_resources import _make_tools
+except ImportError:  # openai 3.30 and earlier (3.45 has moved it): beside the resource
+    from openai.resources.responses.responses import _make_tools  # type: ignore[attr-defined,no-redef]
 
 from aggregate_graph.openai_compat.request import OPTIONS_KEY, RequestError, given, split_options
 

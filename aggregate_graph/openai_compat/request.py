@@ -118,21 +118,30 @@ def method_prefix(model: str) -> tuple[str | None, str]:
     return (head, rest) if sep and head in METHODS and rest else (None, model)
 
 
-def last_user_text(messages: list[dict[str, Any]]) -> str:
-    """The text of the last user message: the question the candidates answer."""
+def content_text(content: Any) -> str:
+    """A message's text: its string content, or its text parts (chat's `text`, the Responses API's `input_text`)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text")
+        )
+    return ""
+
+
+def last_user_text(messages: list[dict[str, Any]], param: str = "messages") -> str:
+    """The text of the last user message (chat messages, or Responses input items): the question the candidates
+    answer."""
     for message in reversed(messages):
-        if message["role"] != "user":
+        if message.get("role") != "user" or message.get("type", "message") != "message":
             continue
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if isinstance(content, str) and content.strip():
-            return content.strip()
+        if text := content_text(message.get("content")).strip():
+            return text
         break
     raise RequestError(
-        "messages: the last user message has no text; aggregation compares answers to a text question "
+        f"{param}: the last user message has no text; aggregation compares answers to a text question "
         f'(send it with extra_body={{"{OPTIONS_KEY}": {{"enabled": false}}}} to call the model directly)',
-        param="messages",
+        param=param,
     )
 
 

@@ -19,6 +19,7 @@ from aggregate_graph.openai_compat.request import (
     RequestError,
     as_dict,
     check_method,
+    last_user_text,
     method_prefix,
     pop_stream,
 )
@@ -41,32 +42,6 @@ _LOGPROBS_INCLUDE = "message.output_text.logprobs"
 # shell, apply_patch, local_shell, MCP approvals, image generation) answers with items for the caller to act on,
 # which no vote here covers: refused rather than dropped from the answer.
 AGGREGATED_TOOLS = ("function", "web_search", "web_search_preview", "file_search", "code_interpreter")
-
-
-def input_text(content: Any) -> str:
-    """The text of an input message's content: a string, or its `input_text` / `text` parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") in ("input_text", "text")
-        )
-    return ""
-
-
-def _question(items: list[dict[str, Any]]) -> str:
-    """The last user message's text: what the candidates answer."""
-    for item in reversed(items):
-        if item.get("role") != "user" or item.get("type", "message") != "message":
-            continue
-        if text := input_text(item.get("content")).strip():
-            return text
-        break
-    raise RequestError(
-        "input: the last user message has no text; aggregation compares answers to a text question (send it with "
-        f"{_OFF} to call the model directly)",
-        param="input",
-    )
 
 
 def _refuse_stateful(kwargs: dict[str, Any]) -> None:
@@ -126,7 +101,7 @@ def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) 
     _refuse_stateful(kwargs)
     _refuse_logprobs(kwargs)
     _refuse_unvoted_tools(kwargs)
-    question = _question(items)
+    question = last_user_text(items, param="input")
     method_from_model, model = method_prefix(model)
     method = check_method(options.method or method_from_model)
     text = kwargs.get("text")

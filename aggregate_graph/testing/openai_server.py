@@ -20,13 +20,13 @@ from typing import Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from aggregate_graph.openai_compat.request import content_text
 from aggregate_graph.openai_compat.responses_output import (
     function_call_item,
     message_item,
     response_json,
     stream_events,
 )
-from aggregate_graph.openai_compat.responses_request import input_text
 from aggregate_graph.sample_set import Usage
 from aggregate_graph.serve.http import SSE_DONE, OpenAIError, add_error_handlers, completion_envelope, sse
 from aggregate_graph.testing.threaded import ThreadedServer
@@ -240,7 +240,7 @@ class OpenAITestServer:
         reply = self._reply(body, sample_no)
         items = body.get("input")
         items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
-        prompt = " ".join([body.get("instructions") or "", *(input_text(item.get("content")) for item in items)])
+        prompt = " ".join([body.get("instructions") or "", *(content_text(item.get("content")) for item in items)])
         usage = Usage.of(count_tokens(prompt), _completion_tokens(reply))
         with self._lock:
             self.prompt_tokens_billed += usage.prompt_tokens
