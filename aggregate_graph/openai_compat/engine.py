@@ -62,25 +62,20 @@ def _config(calls: dict[str, CallSettings]) -> RunnableConfig:
 
 
 class ClientMethods(NamedTuple):
-    """A client's own generation methods — `chat.completions.create` and `responses.create` (None where this
-    openai version has no Responses API) — as they were before wrapping, and whether the client is async (their
-    decorator hides that from `inspect`, so it is read off the resource's class)."""
+    """A client's own generation methods — `chat.completions.create` and `responses.create` — as they were before
+    wrapping, and whether the client is async (their decorator hides that from `inspect`, so it is read off the
+    resource's class)."""
 
     chat: Callable[..., Any]
-    responses: Callable[..., Any] | None
+    responses: Callable[..., Any]
     is_async: bool
 
     def create(self, api: str) -> Callable[..., Any]:
-        create = self.responses if api == "responses" else self.chat
-        if create is None:
-            raise RequestError("this openai client has no Responses API (upgrade openai)", param="model")
-        return create
+        return self.responses if api == "responses" else self.chat
 
 
-def accepted_arguments(create: Callable[..., Any] | None) -> frozenset[str] | None:
-    """The keyword arguments `create` takes (None: any, or no such method)."""
-    if create is None:
-        return None
+def accepted_arguments(create: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments `create` takes (None: any)."""
     parameters = inspect.signature(create).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         return None
@@ -93,12 +88,8 @@ def unwrapped(resource: Any) -> Callable[..., Any]:
 
 
 def client_methods(client: Any) -> ClientMethods:
-    responses = getattr(client, "responses", None)
-    return ClientMethods(
-        unwrapped(client.chat.completions),
-        unwrapped(responses) if responses is not None else None,
-        isinstance(client.chat.completions, AsyncCompletions),
-    )
+    completions = client.chat.completions
+    return ClientMethods(unwrapped(completions), unwrapped(client.responses), isinstance(completions, AsyncCompletions))
 
 
 def _longest(timeout: Any) -> Any:

@@ -162,12 +162,12 @@ def wrap_openai(
         chat_completions.create = patched
         patch_parse(chat_completions, patched, methods.is_async)
         forget_raw_wrappers(chat_completions)
-    if (responses := resource(client, "responses")) is not None and methods.responses is not None:
-        # openai's `responses.stream()` calls the resource's `create`, so it aggregates through the patched one
-        responses.create = _patched(engine, methods.responses, "responses")
-        setattr(responses, WRAPPED_ATTRIBUTE, methods.responses)
-        patch_responses_parse(responses, responses.create, methods.is_async)
-        forget_raw_wrappers(responses)
+    # openai's `responses.stream()` calls the resource's `create`, so it aggregates through the patched one
+    responses: Any = client.responses
+    responses.create = _patched(engine, methods.responses, "responses")
+    setattr(responses, WRAPPED_ATTRIBUTE, methods.responses)
+    patch_responses_parse(responses, responses.create, methods.is_async)
+    forget_raw_wrappers(responses)
     refuse_unaggregated(client)
     _wrap_copies(client, settings)
     return client
