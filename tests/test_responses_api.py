@@ -11,12 +11,12 @@ from typing import Any
 import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI, OpenAI
+from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 from aggregate_graph import QuorumError, sample_sets_from, wrap_openai
 from aggregate_graph.openai_compat import RequestError
-from tests.test_openai_tools import CALL_6_7, CALL_6_8, MULTIPLY_TOOL
+from tests.test_openai_tools import CALL_6_7, CALL_6_8, MULTIPLY_TOOL, client
 
 MULTIPLY = {"type": "function", **MULTIPLY_TOOL["function"]}  # the Responses API's flat form of the tool
 set_tracing_disabled(True)  # the Agents SDK would otherwise export traces to OpenAI
@@ -53,10 +53,6 @@ def agent_with_multiply(client: Any, ran: list[tuple[int, int]]) -> Agent:
 
 def responses_only(serve: Any, replies: Any, **kwargs: Any) -> Any:
     return serve(replies, apis=("responses",), **kwargs)
-
-
-def client(server: Any, cls: type = OpenAI, **kwargs: Any) -> Any:
-    return cls(base_url=server.base_url, api_key="upstream-key", max_retries=0, **kwargs)
 
 
 def test_the_voted_function_call_comes_back_from_exactly_n_upstream_calls(serve) -> None:
