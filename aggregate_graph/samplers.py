@@ -116,9 +116,13 @@ class Sampler:
 
     def supports_n(self, policy: CandidatePolicy) -> bool:
         """Whether to ask for several samples in one request: the policy's `use_n` if set; else when the model
-        has an `n` setting and its endpoint has not been seen to ignore or refuse `n`."""
+        has an `n` setting and its endpoint has not been seen to ignore or refuse `n`, unless the model batches
+        concurrent calls itself (`LocalChatModel.batches_calls`): one call per candidate then costs no more and
+        lets each candidate land as soon as it is done."""
         if policy.use_n is not None:
             return policy.use_n
+        if (batches_calls := getattr(self.model, "batches_calls", None)) is not None and batches_calls():
+            return False
         return "n" in type(self.model).model_fields and n_mode(self.endpoint) not in ("ignored", "refused")
 
     def prompt(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -149,3 +149,64 @@ def test_streaming_request_keeps_all_n(model: LocalChatModel) -> None:
     # which has one completion: n > 1 must still come back complete.
     result = model.generate([QUESTION], n=2, temperature=1.0, max_tokens=4, stream=True)
     assert len(result.generations[0]) == 2
+
+
+@pytest.fixture(scope="session")
+def unseeded(smollm2_dir: Path) -> LocalChatModel:
+    return LocalChatModel(model_path=str(smollm2_dir), max_new_tokens=12)
+
+
+def _concurrently(model: LocalChatModel, prompts: list[str], **options: object) -> list[tuple[AIMessage, float]]:
+    """Each prompt as its own call, all at once (as a graph's fan-out calls), with when each call returned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.perf_counter()
+
+    def call(prompt: str) -> tuple[AIMessage, float]:
+        message = model.invoke(prompt, **options)
+        return message, time.perf_counter() - started
+
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        return list(pool.map(call, prompts))
+
+
+def test_concurrent_calls_share_one_batch_and_decode_as_alone(
+    model: LocalChatModel, unseeded: LocalChatModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prompts of different lengths: the batch is left-padded, and each row must still decode as it does alone.
+    prompts = ["Hi", "What is the capital of France?", "Name three colours of the rainbow, please."]
+    batches: list[int] = []
+    decode = unseeded._decode_batch
+    monkeypatch.setattr(unseeded, "_decode_batch", lambda requests: (batches.append(len(requests)), decode(requests)))
+    together = _concurrently(unseeded, prompts, temperature=0)
+    alone = [model.invoke(p, temperature=0, max_new_tokens=12) for p in prompts]  # seeded: the unbatched path
+    assert batches == [3]
+    assert [m.text for m, _ in together] == [m.text for m in alone]
+    for (message, _), single in zip(together, alone, strict=True):
+        assert message.usage_metadata == single.usage_metadata
+        assert message.response_metadata["finish_reason"] == single.response_metadata["finish_reason"]
+
+
+def test_a_row_that_ends_is_answered_before_the_batch_ends(unseeded: LocalChatModel) -> None:
+    # The stop string ends the first row after a few tokens; the second runs to max_new_tokens.
+    greedy = unseeded.invoke("What is the capital of France?", temperature=0, max_new_tokens=40)
+    words = greedy.text.split()
+    assert len(words) >= 3, greedy.text
+    stop = " " + words[1]
+    (short, short_at), (long, long_at) = _concurrently(
+        unseeded, ["What is the capital of France?", "Tell me a long story about a dragon."],
+        temperature=0, max_new_tokens=40, stop=[stop],
+    )  # fmt: skip
+    assert short.text == greedy.text[: greedy.text.index(stop)]
+    assert short.response_metadata["finish_reason"] == "stop"
+    assert long.usage_metadata["output_tokens"] > short.usage_metadata["output_tokens"] + 10
+    assert short_at < long_at
+
+
+def test_seeded_and_logprob_calls_are_not_batched(model: LocalChatModel, unseeded: LocalChatModel) -> None:
+    from aggregate_graph.samplers import CandidatePolicy, Sampler
+
+    assert unseeded.batches_calls() and not model.batches_calls()
+    # the graph asks a batching model for one candidate per call, a seeded one for n in one call
+    assert not Sampler(model=unseeded).supports_n(CandidatePolicy())
+    assert Sampler(model=model).supports_n(CandidatePolicy())

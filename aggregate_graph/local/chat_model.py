@@ -26,6 +26,7 @@ from langchain_core.messages import (
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
+from aggregate_graph.local.batching import RowBatcher, RowRequest, decode_rows
 from aggregate_graph.local.smollm2 import MODEL_NAME, smollm2_path
 
 if TYPE_CHECKING:
@@ -62,9 +63,9 @@ class _Completion:
 class LocalChatModel(BaseChatModel):
     """Chat model backed by a local transformers folder (default: SmolLM2-135M-Instruct).
 
-    Weights load on first use and are shared by all calls on this instance; calls
-    are serialised because a single CPU model gains nothing from running them
-    concurrently.
+    Weights load on first use and are shared by all calls on this instance. Concurrent
+    unseeded one-sample calls are decoded as one batch, each answered when its own row
+    ends (`batches_calls`); other calls are serialised.
     """
 
     model_path: str | None = None
@@ -90,6 +91,7 @@ class LocalChatModel(BaseChatModel):
     _tokenizer: PreTrainedTokenizerBase | None = PrivateAttr(default=None)
     _model: PreTrainedModel | None = PrivateAttr(default=None)
     _rng_state: torch.Tensor | None = PrivateAttr(default=None)
+    _batcher: RowBatcher | None = PrivateAttr(default=None)
 
     @field_validator("model_path")
     @classmethod
@@ -159,6 +161,8 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         params = self._sampling_params(kwargs)
+        if self.batches_calls(params):
+            return self._generate_in_batch(messages, params, stop)
         sample = params.temperature > 0
         with self._lock:
             tokenizer, model = self._load()
@@ -198,6 +202,55 @@ class LocalChatModel(BaseChatModel):
                 "model_name": self.model_name,
             },
         )
+
+    def batches_calls(self, params: _SamplingParams | None = None) -> bool:
+        """Whether a call (with `params`) is decoded together with the one-sample calls that arrive beside it
+        (`batching.RowBatcher`): unseeded calls for one sample without log-probabilities. The graph asks such a
+        model for one candidate per call, so each candidate lands as soon as its own row ends. A seeded model
+        is asked for `n` in one request instead: which calls share a batch depends on timing, and a seeded
+        run must not."""
+        if params is None:
+            return self.seed is None
+        return self.seed is None and params.seed is None and params.n == 1 and not params.logprobs
+
+    def _generate_in_batch(
+        self, messages: list[BaseMessage], params: _SamplingParams, stop: list[str] | None
+    ) -> ChatResult:
+        stops = [s for s in stop or [] if s]
+        with self._lock:  # the tokenizer and weights, loaded once; the batcher takes the lock to decode
+            tokenizer, _ = self._load()
+            if self._batcher is None:
+                self._batcher = RowBatcher(self._decode_batch)
+        prompt_ids = self._encode(tokenizer, messages)["input_ids"][0].tolist()
+        request = RowRequest(
+            prompt_ids=prompt_ids,
+            key=(params.temperature, params.top_p, params.max_new_tokens, tuple(stops)),
+            generation_kwargs=self._generation_kwargs(params, None, tokenizer),
+            stops=stops,
+        )
+        generated = self._batcher.submit(request)
+        completion = _complete(tokenizer, generated, _end_token_ids(self._model), stops)
+        prompt_tokens = len(prompt_ids)
+        return ChatResult(
+            generations=[ChatGeneration(message=self._message(completion, prompt_tokens))],
+            llm_output={
+                "token_usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion.output_tokens,
+                    "total_tokens": prompt_tokens + completion.output_tokens,
+                },
+                "model_name": self.model_name,
+            },
+        )
+
+    def _decode_batch(self, requests: list[RowRequest]) -> None:
+        with self._lock:
+            tokenizer, model = self._load()
+            end_ids = _end_token_ids(model)
+            pad_id = model.generation_config.pad_token_id
+            if pad_id is None:
+                pad_id = min(end_ids)
+            decode_rows(model, tokenizer, requests, end_ids, pad_id)
 
     def _stream(
         self,
