@@ -30,6 +30,12 @@ DEMO_DATA = "faithful_cot_demo.jsonl"
 AGGREGATORS = {"majority": "majority", "ssa": "trained SSA", "weighted": "weighted vote"}
 """Command-line name → the label printed, in the order the demo shows them."""
 QUESTION_CHARS, LINE_WIDTH = 180, 100
+INTRO = """\
+aggregate-graph draws several answers to one question and aggregates them into one.
+Here: six real GSM8K problems, five real LLM answers to each (offline, shipped with the package). On four of
+them most answers agree on a wrong number while one or two are right: majority vote cannot recover those;
+the weighted vote (which sources to trust) and the trained SSA (a small model that reads the answers) can.
+"""
 
 
 def load_demo_sets() -> list[SampleSet]:
@@ -148,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"which aggregators to run, of {', '.join(AGGREGATORS)} (default: all)",
     )
     args = parser.parse_args(argv)
+    print(INTRO)
     try:
         aggregators = build_aggregators(args.aggregators, sys.stdout)
     except FileNotFoundError as exc:

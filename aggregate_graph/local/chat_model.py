@@ -81,11 +81,13 @@ class LocalChatModel(BaseChatModel):
     """Seeds this instance's sampling once: successive calls differ, yet the whole sequence
     of calls is reproducible. A per-call `seed` option makes one call reproducible by itself."""
     torch_threads: PositiveInt | None = None
-    """Passed to `torch.set_num_threads` on load; note that it is process-wide."""
-    dtype: Literal["auto", "float32", "bfloat16", "int8"] = "float32"
-    """Weights' precision. `auto` takes bfloat16 where the CPU computes it natively (avx512_bf16 or AMX: about
-    twice the prefill speed of float32 here) and float32 elsewhere; `int8` is torch's dynamic quantization of
-    the linear layers (benchmarks/ssa_inference.py compares them)."""
+    """Passed to `torch.set_num_threads` on load; note that it is process-wide. Decoding a model this small gains
+    little from a second thread, and a thread spinning against a busy neighbour process stalls every step
+    (benchmarks/first_run.py): the `ask` CLI sets 1."""
+    dtype: Literal["auto", "float32", "bfloat16", "int8"] = "auto"
+    """Weights' precision. `auto` (the default) takes bfloat16 where the CPU computes it natively (avx512_bf16 or
+    AMX: about twice the prefill speed of float32 here, 2.5× the decoding speed) and float32 elsewhere; `int8` is
+    torch's dynamic quantization of the linear layers (benchmarks/ssa_inference.py compares them)."""
 
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _tokenizer: PreTrainedTokenizerBase | None = PrivateAttr(default=None)
@@ -361,14 +363,17 @@ class LocalChatModel(BaseChatModel):
                 torch.set_num_threads(self.torch_threads)
             path = Path(self.model_path) if self.model_path is not None else smollm2_path()
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, local_files_only=True)
+            bf16 = self.dtype == "bfloat16" or (self.dtype == "auto" and cpu_has_bf16())
+            # Without an adapter, the weights are cast as they load (a second pass over them costs ~2 s here).
+            load_dtype = torch.bfloat16 if bf16 and self.adapter_path is None else torch.float32
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype, local_files_only=True)
             if self.adapter_path is not None:
                 from peft import PeftModel
 
                 # Merging once makes every later forward pass cost what the base model's does,
                 # instead of adding the low-rank products at each layer and token.
                 model = PeftModel.from_pretrained(model, self.adapter_path).merge_and_unload()
-            if self.dtype == "bfloat16" or (self.dtype == "auto" and cpu_has_bf16()):
+            if bf16:
                 model = model.to(torch.bfloat16)  # after merging, so the adapter is added in full precision
             elif self.dtype == "int8":
                 model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
