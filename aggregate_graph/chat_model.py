@@ -34,11 +34,12 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from aggregate_graph.aggregators import MajorityVote, StructuredVote
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
+from aggregate_graph.registry import resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler, describe_model
 
@@ -83,8 +84,9 @@ class AggregatingChatModel(BaseChatModel):
     """Answers every call with n candidates from `model` and an aggregator, through the prebuilt graph.
 
     `model` is a chat model, a bound one, a spec string ("openai:gpt-4o-mini", "local") or a list of them;
-    the other options are those of `build_aggregate_graph`. The returned AIMessage has the aggregated text
-    (or the voted `tool_calls`), the sample set in `response_metadata["sample_set"]` and the summed usage.
+    the other options are those of `build_aggregate_graph` (the aggregator, too, may be a name: "ssa"). The
+    returned AIMessage has the aggregated text (or the voted `tool_calls`), the sample set in
+    `response_metadata["sample_set"]` and the summed usage.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -107,6 +109,12 @@ class AggregatingChatModel(BaseChatModel):
 
     def __init__(self, model: ModelSpec | Sequence[ModelSpec], n: int = 5, **options: Any) -> None:
         super().__init__(model=model, n=n, **options)
+
+    @field_validator("aggregator", "fallback", mode="before")
+    @classmethod
+    def _resolve_aggregator(cls, value: Any, info: ValidationInfo) -> Any:
+        # a name loads here, once, not per compiled graph: the shipped SSA's model is loaded by one instance
+        return resolve_aggregator(value, info.field_name or "aggregator")
 
     @model_validator(mode="after")
     def _resolve_models(self) -> AggregatingChatModel:

@@ -28,6 +28,7 @@ from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
 from aggregate_graph.errors import QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
+from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
@@ -96,29 +97,21 @@ def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
 
 def check_options(
     n: Any,
-    aggregator: Any,
+    aggregator: AggregatorSpec | None,
     min_candidates: int = 1,
     adaptive: AdaptiveSampling | None = None,
-    fallback: Any = None,
+    fallback: AggregatorSpec | None = None,
     max_n: int = MAX_CANDIDATES,
-) -> tuple[int, Runnable[SampleSet, Aggregation]]:
+) -> tuple[int, Runnable[SampleSet, Aggregation], Runnable[SampleSet, Aggregation] | None]:
     """The graph's options checked (each wrong one named, with what to give instead): `n`, and the aggregator
-    (MajorityVote when None)."""
+    (MajorityVote when None) and the fallback, each an Aggregator or its name (`resolve_aggregator`)."""
     n = check_n(n, max_n)
     if not 1 <= min_candidates <= n:
         raise ValueError(f"min_candidates must be between 1 and n={n}, got {min_candidates}")
     if adaptive is not None and adaptive.min_agreeing > n:
         raise ValueError(f"adaptive.min_agreeing={adaptive.min_agreeing} can never be reached with n={n}")
-    aggregator = aggregator if aggregator is not None else MajorityVote()
-    for role, value in (("aggregator", aggregator), ("fallback", fallback)):
-        if value is not None and not isinstance(value, Runnable):
-            got = (
-                f"the string {value!r} (by name: load_aggregator({value!r}))"
-                if isinstance(value, str)
-                else (type(value).__name__)
-            )
-            raise TypeError(f"{role} must be an Aggregator (a Runnable over a SampleSet), got {got}")
-    return n, aggregator
+    resolved = resolve_aggregator(aggregator)
+    return n, MajorityVote() if resolved is None else resolved, resolve_aggregator(fallback, "fallback")
 
 
 class _SyncAsyncNode(Runnable[Any, Any]):
@@ -351,7 +344,7 @@ def build_aggregate_graph(
     model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler],
     n: int = 5,
     *,
-    aggregator: Runnable[SampleSet, Aggregation] | None = None,
+    aggregator: AggregatorSpec | None = None,
     system_prompts: Sequence[str | None] | None = None,
     temperatures: Sequence[float | None] | None = None,
     policy: CandidatePolicy | None = None,
@@ -362,18 +355,20 @@ def build_aggregate_graph(
     checkpointer: BaseCheckpointSaver | bool | None = None,
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
-    fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK,
+    fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
     name: str = "aggregate_graph",
 ) -> CompiledStateGraph:
     """A compiled graph that answers the last human message with `n` candidates and an aggregation.
 
     `model` is a chat model, a spec string ("openai:gpt-4o-mini", "local") or a list of them; with
     `system_prompts` / `temperatures` the pool is every combination, and candidate i comes from pool[i % len].
-    When candidates call tools, the graph votes on the plans first (`vote_tool_calls`); when the aggregator
-    finds no answer to decide on, `fallback` (the medoid candidate; None: raise) picks one.
+    `aggregator` is an Aggregator or a name from the registry (`"majority"`, the default; `"ssa"`: the shipped
+    trained SSA, in-process; see `load_aggregator`). When candidates call tools, the graph votes on the plans
+    first (`vote_tool_calls`); when the aggregator finds no answer to decide on, `fallback` (the medoid
+    candidate; None: raise) picks one.
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
     """
-    n, aggregator = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
+    n, aggregator, fallback = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
     nodes = _Nodes(
         build_pool(model, system_prompts, temperatures),
         n,

@@ -23,12 +23,11 @@ from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.language_models import BaseChatModel
-from langchain_core.runnables import Runnable
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.chat_model import AggregatingChatModel
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, check_options
-from aggregate_graph.sample_set import Aggregation, SampleSet
+from aggregate_graph.registry import AggregatorSpec
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 
 _MODELS_KEPT = 16  # aggregating wrappers kept, one per model the agent's requests name
@@ -49,7 +48,7 @@ class AggregationMiddleware(AgentMiddleware):
         self,
         n: int = 5,
         *,
-        aggregator: Runnable[SampleSet, Aggregation] | None = None,
+        aggregator: AggregatorSpec | None = None,
         system_prompts: Sequence[str | None] | None = None,
         temperatures: Sequence[float | None] | None = None,
         policy: CandidatePolicy | None = None,
@@ -57,11 +56,12 @@ class AggregationMiddleware(AgentMiddleware):
         min_candidates: int = 1,
         max_n: int = MAX_CANDIDATES,
         max_concurrency: int = 64,
-        fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK,
+        fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
         store: BaseStore | None = None,
     ) -> None:
         super().__init__()
-        self.n, _ = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
+        # names resolve here, once: every model's aggregating wrapper then shares one aggregator (one SSA model)
+        self.n, aggregator, fallback = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
         self.options: dict[str, Any] = {
             "aggregator": aggregator,
             "system_prompts": None if system_prompts is None else list(system_prompts),

@@ -25,6 +25,7 @@ from aggregate_graph.aggregators import (
     USCAggregator,
     WeightedVote,
 )
+from aggregate_graph.sample_set import Aggregation, SampleSet
 
 AGGREGATOR_NAMES = ("majority", "weighted", "ssa", "gsr", "usc")
 MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
@@ -35,6 +36,15 @@ AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
 SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
 """The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
 MAX_AGGREGATOR_TOKENS = 32  # the shipped SSA answers `<answer>…</answer>`: a handful of tokens
+AggregatorSpec = Runnable[SampleSet, Aggregation] | str
+"""An aggregator object, or its name in `AGGREGATOR_NAMES` (`resolve_aggregator`)."""
+
+
+def known_aggregator(name: str) -> str:
+    """`name` if it is a registered aggregator's; else the ValueError every entry point raises, listing them."""
+    if name not in AGGREGATOR_NAMES:
+        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATOR_NAMES)}")
+    return name
 
 
 def _served_model(base_url: str, model: str, api_key: str | None, max_tokens: int) -> BaseChatModel:
@@ -133,14 +143,12 @@ def load_aggregator(
 
     Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …).
     """
-    if name not in AGGREGATOR_NAMES:
-        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATOR_NAMES)}")
-    if name == "majority":
+    if known_aggregator(name) == "majority":
         return MajorityVote(**options)
     if name == "weighted":
         if weights is None:
-            raise ValueError("aggregator 'weighted' needs weights=: a file from WeightedVote.save or "
-                             "`aggregate-train weights`")  # fmt: skip
+            raise ValueError("aggregator 'weighted' needs weights=: load_aggregator('weighted', weights=FILE), a "
+                             "file from WeightedVote.save or `aggregate-train weights`")  # fmt: skip
         return weights if isinstance(weights, WeightedVote) else WeightedVote.load(weights)
     if model is None and base_url is not None:
         model = _served_model(base_url, served_model_name, api_key, max_tokens or (MAX_AGGREGATOR_TOKENS if name ==
@@ -152,5 +160,22 @@ def load_aggregator(
             SHIPPED_SSA, max_tokens=max_tokens or MAX_AGGREGATOR_TOKENS, weights=weights, **options
         )
     if model is None:
-        raise ValueError(f"aggregator {name!r} needs a model: model= (a chat model) or base_url= (a served one)")
+        raise ValueError(f"aggregator {name!r} needs a model: load_aggregator({name!r}, model=CHAT_MODEL) or "
+                         "base_url=URL (a served one)")  # fmt: skip
     return MODEL_AGGREGATORS[name](model, **options)
+
+
+def resolve_aggregator(
+    aggregator: AggregatorSpec | None, role: str = "aggregator"
+) -> Runnable[SampleSet, Aggregation] | None:
+    """What every entry point that takes an aggregator (`build_aggregate_graph`, `AggregateNode`,
+    `AggregatingChatModel`, `AggregationMiddleware`) does with it: a name is `load_aggregator(name)`, loaded once
+    here; an object is taken as it is; None stays None (the caller's default)."""
+    if isinstance(aggregator, str):
+        return load_aggregator(aggregator)
+    if aggregator is not None and not isinstance(aggregator, Runnable):
+        raise TypeError(
+            f"{role} must be an Aggregator (a Runnable over a SampleSet) or one of the names "
+            f"{', '.join(AGGREGATOR_NAMES)}; got {type(aggregator).__name__}"
+        )
+    return aggregator

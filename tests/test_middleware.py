@@ -175,7 +175,7 @@ def test_tracing_shows_the_candidates_under_the_aggregating_call(serve):
     [
         ({"n": 0}, "n must be at least 1"),
         ({"n": 3, "min_candidates": 4}, "min_candidates must be between 1 and n=3"),
-        ({"aggregator": "majority"}, "load_aggregator('majority')"),
+        ({"aggregator": "median"}, "unknown aggregator 'median'; known: majority, weighted, ssa, gsr, usc"),
         ({"n": 10_000}, "over the cap"),
     ],
 )

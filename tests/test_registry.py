@@ -6,14 +6,26 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from langchain_core.messages import HumanMessage
 from openai import OpenAI
 from pydantic import ValidationError
 
-from aggregate_graph import Candidate, MajorityVote, SampleSet, WeightedVote, extract_answer, sample_sets_from
+from aggregate_graph import (
+    AggregateNode,
+    AggregatingChatModel,
+    AggregationMiddleware,
+    Candidate,
+    MajorityVote,
+    SampleSet,
+    WeightedVote,
+    build_aggregate_graph,
+    extract_answer,
+    sample_sets_from,
+)
 from aggregate_graph.aggregators import GSRAggregator, SSAAggregator, USCAggregator
 from aggregate_graph.openai_compat import METHODS, RequestError, wrap_openai
 from aggregate_graph.openai_compat.proxy import ProxyConfig
-from aggregate_graph.registry import AGGREGATOR_NAMES, load_aggregator
+from aggregate_graph.registry import AGGREGATOR_NAMES, load_aggregator, resolve_aggregator
 from tests.conftest import chat
 from tests.test_cli import run
 from tests.test_proxy import CLIENT_KEY, proxy_for
@@ -173,3 +185,36 @@ def test_proxy_config_checks_the_aggregator(tmp_path: Path) -> None:
         ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="weighted")
     with pytest.raises(ValidationError, match="no such file"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="weighted", aggregator_weights=tmp_path / "none.json")
+
+
+def test_every_entry_point_that_takes_an_aggregator_takes_its_name(serve, tmp_path: Path) -> None:
+    """`build_aggregate_graph`, `AggregateNode`, `AggregatingChatModel` and `AggregationMiddleware` resolve a name
+    through `resolve_aggregator` (the registry), once; an unknown name lists the known ones."""
+    server = serve(["#### 42", "#### 41", "#### 42"])
+    graph = build_aggregate_graph(chat(server), n=3, aggregator="majority", fallback="majority")
+    assert graph.invoke({"messages": [HumanMessage("6×7?")]})["sample_set"].aggregation.answer == "42"
+    node = AggregateNode(chat(server), n=3, aggregator="majority")
+    assert node.invoke({"messages": [HumanMessage("6×7?")]})["messages"][-1].content
+    model = AggregatingChatModel(chat(server), n=3, aggregator="majority", fallback="majority")
+    assert isinstance(model.aggregator, MajorityVote) and isinstance(model.fallback, MajorityVote)
+    middleware = AggregationMiddleware(n=3, aggregator="majority")
+    assert isinstance(middleware.options["aggregator"], MajorityVote)
+    weights = save_weights(tmp_path / "weights.json", GOOD, NOISY)
+    assert isinstance(resolve_aggregator(load_aggregator("weighted", weights=weights)), WeightedVote)
+    assert resolve_aggregator(None) is None
+
+    known = "unknown aggregator 'median'; known: majority, weighted, ssa, gsr, usc"
+    for make in (
+        lambda: build_aggregate_graph(chat(server), aggregator="median"),
+        lambda: AggregateNode(chat(server), aggregator="median"),
+        lambda: AggregatingChatModel(chat(server), aggregator="median"),
+        lambda: AggregationMiddleware(aggregator="median"),
+        lambda: build_aggregate_graph(chat(server), fallback="median"),
+    ):
+        with pytest.raises(ValueError, match=known):
+            make()
+    with pytest.raises(ValueError, match=r"needs weights=: load_aggregator\('weighted', weights=FILE\)"):
+        build_aggregate_graph(chat(server), aggregator="weighted")  # a name that needs more than its name
+    with pytest.raises(TypeError, match=r"aggregator must be an Aggregator .* or one of the names majority, weighted"):
+        build_aggregate_graph(chat(server), aggregator=42)
+    assert server.calls == 2  # the graph's and the node's: nothing was drawn for a refused option

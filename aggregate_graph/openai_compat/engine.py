@@ -39,7 +39,7 @@ from aggregate_graph.openai_compat.request import Plan, RequestError, plan_reque
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request
-from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
+from aggregate_graph.registry import MODEL_AGGREGATORS, known_aggregator, load_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.samplers import CandidatePolicy
 
@@ -151,10 +151,8 @@ class ClientAggregator:
         self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
         self._lock = threading.Lock()
         self.graphs_built = 0
-        if isinstance(aggregator, str) and aggregator not in AGGREGATOR_NAMES:
-            raise ValueError(
-                f"unknown aggregator {aggregator!r}; use one of {', '.join(AGGREGATOR_NAMES)} or an Aggregator"
-            )
+        if isinstance(aggregator, str):
+            known_aggregator(aggregator)
         if aggregator == "weighted" and weights is None:
             raise ValueError(
                 "aggregator='weighted' needs aggregator_weights=: a file from WeightedVote.save or `aggregate-train "
