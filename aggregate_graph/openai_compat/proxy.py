@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Self
 
+import httpx
 import openai
 import uvicorn
 from fastapi import APIRouter, Depends, FastAPI, Request
@@ -31,7 +32,7 @@ from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
 from aggregate_graph.openai_compat.proxy_wire import read_create_request, stream_response
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
-from aggregate_graph.registry import AGGREGATOR_NAMES
+from aggregate_graph.registry import AGGREGATOR_NAMES, known_aggregator
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
 from aggregate_graph.serve.http import (
     OpenAIError,
@@ -45,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 _KEY_LIKE = re.compile(r"\b(sk-|Bearer\s+)[A-Za-z0-9_\-*.]{6,}")
 
+UPSTREAM_CHECK_S = 3.0  # how long the start-up check waits for the upstream: enough for a live one, short to wait
 MAX_SAMPLES_PER_REQUEST = 64
 """The proxy's default cap on the samples one request draws (`n` candidates × choices): each is an upstream call
 paid for with the upstream key."""
@@ -76,9 +78,7 @@ class ProxyConfig(BaseModel):
     @field_validator("aggregator")
     @classmethod
     def _known_aggregator(cls, name: str) -> str:
-        if name not in AGGREGATOR_NAMES:
-            raise ValueError(f"unknown aggregator {name!r}; use one of {', '.join(AGGREGATOR_NAMES)}")
-        return name
+        return known_aggregator(name)
 
     @field_validator("aggregator_weights")
     @classmethod
@@ -91,7 +91,10 @@ class ProxyConfig(BaseModel):
     @model_validator(mode="after")
     def _weighted_has_weights(self) -> Self:
         if self.aggregator == "weighted" and self.aggregator_weights is None:
-            raise ValueError("aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE)")
+            raise ValueError(
+                "aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE): a file from "
+                "`aggregate-train weights` or WeightedVote.save"
+            )
         return self
 
     @property
@@ -346,11 +349,36 @@ def proxy_banner(config: ProxyConfig, host: str, port: int) -> str:
     )
 
 
+def upstream_problem(config: ProxyConfig, timeout_s: float = UPSTREAM_CHECK_S) -> str | None:
+    """Why the upstream cannot answer this proxy now, in one line, or None: it is asked `GET /models` with the
+    upstream key, as the proxy's clients will be served. Only what no request could get past counts: no answer,
+    or the key refused (401/403); another status (a server without /models) is for the requests to find out."""
+    url = f"{config.upstream.rstrip('/')}/models"
+    headers = {"Authorization": f"Bearer {config.upstream_api_key.get_secret_value()}"}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.TimeoutException:
+        return f"upstream {config.upstream} did not answer GET {url} within {timeout_s:g} s"
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return f"upstream {config.upstream} is unreachable (GET {url}: {describe(exc)})"
+    if response.status_code in (401, 403):
+        return (
+            f"upstream {config.upstream} refused the upstream key (GET {url}: {response.status_code} "
+            f"{response.reason_phrase}): check the key (--upstream-api-key-env)"
+        )
+    return None
+
+
 def serve_proxy(config: ProxyConfig, *, host: str = "127.0.0.1", port: int = 8080) -> None:
     """Serve until interrupted. Off loopback a client key is required: the proxy spends the upstream key.
-    `proxy_banner` goes to stderr once the checks have passed (never before a refusal)."""
+    The upstream is checked first (`upstream_problem`): a failure is a warning on stderr, not a refusal, since
+    the upstream may come up later. `proxy_banner` goes to stderr once the checks have passed (never before a
+    refusal)."""
     if config.api_key is None and not is_loopback(host):
         raise ValueError(f"refusing to serve on {host!r} without an API key: set one, or bind 127.0.0.1")
+    if (problem := upstream_problem(config)) is not None:
+        scrub = Scrubber(config.upstream_api_key)
+        print(f"warning: {scrub(problem)}; serving anyway, requests fail until it answers", file=sys.stderr)
     app = create_proxy_app(config)
     print(proxy_banner(config, host, port), file=sys.stderr, flush=True)
     # uvicorn answers 503 past this many connections: slow uploads cannot pile up without bound
