@@ -20,6 +20,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from aggregate_graph.answer_prose import trim_prose
+
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
@@ -40,8 +42,11 @@ VERIFY_TIMEOUT_S = 2.0
 MAX_ANSWER_CHARS = 200
 
 _GSM8K = re.compile(r"####\s*")  # its answer: the rest of that line, up to a sentence end
-_ANSWER_IS = re.compile(r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
-_STATED = re.compile(r"(.+?)(?:\.\s|\.?\s*$|\n)")  # what follows "The answer is": up to a sentence end
+# "answer" may close a bold run first: "**Answer**: 42"
+_ANSWER_IS = re.compile(r"(?:final answer|the answer|answer)\**\s*(?:is|:|=)\s*:?\s*", re.IGNORECASE)
+# What follows "The answer is": up to a sentence end ("!" or "?" only before a capital, so "5! = 120" stays whole).
+# Trailing spaces are matched from the first of them only: `\s*$` tried inside a long run of spaces is quadratic.
+_STATED = re.compile(r"(.+?)(?:\.\s|(?<=[!?])\s+(?=[A-Z])|\.?(?:(?<!\s)\s+)?$|\n)")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
@@ -82,6 +87,11 @@ def last_answer_tag(text: str) -> str | None:
     return text[open_at + len("<answer>") : close] if open_at >= 0 else None
 
 
+def _is_number(answer: str) -> bool:
+    """Whether `answer` is a plain number once normalised: "42", "$1,000", "120 miles", "\\frac{1}{2}"."""
+    return (form := normalize_answer(answer)) is not None and numeric_value(form) is not None
+
+
 def _after_last_marker(text: str) -> str | None:
     """The answer after the last `####` that has one: the rest of its line, cut at a sentence end, so that
     `"#### 41'. Now: #### 99"` gives 99 and `"#### 18. Done."` gives 18."""
@@ -89,7 +99,7 @@ def _after_last_marker(text: str) -> str | None:
         line = text[mark.end() :].split("\n", 1)[0]
         if end := _SENTENCE_END.search(line):
             line = line[: end.start()]
-        if line := line.strip().strip("'\"").strip():
+        if line := trim_prose(line.strip().strip("'\"").strip(), _is_number):
             return line
     return None
 
@@ -98,7 +108,10 @@ def _after_last_stated(text: str) -> str | None:
     """The answer after the last "The answer is" (or "Final answer:", "answer =") that states one."""
     for mark in reversed(list(_ANSWER_IS.finditer(text))):
         if (stated := _STATED.match(text, mark.end())) and stated.group(1).strip(" .$*`"):
-            return _last_boxed(stated.group(1)) or stated.group(1)
+            if (boxed := _last_boxed(stated.group(1))) is not None:
+                return boxed
+            if (trimmed := trim_prose(stated.group(1), _is_number)).strip(" .$*`"):
+                return trimmed
     return None
 
 

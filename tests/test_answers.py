@@ -34,6 +34,100 @@ def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
+# Prose around a stated answer (issue 22): text → the normal form of its extracted answer. Rows marked "as before"
+# must not change; the rest vote with their plain-number forms (see test_prose_answers_vote_together).
+PROSE = [
+    # a trailing clause
+    ("The answer is 42, since 6*7=42.", "42"),
+    ("The answer is 42, which is 6 times 7.", "42"),
+    ("The answer is 42, because 6 sevens make 42.", "42"),
+    ("The answer is 42 because 6 sevens make 42.", "42"),
+    ("The answer is 42 so she can buy the bike.", "42"),
+    ("The answer is 42; 6 * 7 = 42.", "42"),
+    ("The answer is 42, i.e. forty-two.", "42"),
+    ("The answer is 12 apples, as 3*4 = 12.", "12"),
+    # trailing punctuation and asides
+    ("The answer is 42!", "42"),
+    ("The answer is 42! Great job.", "42"),
+    ("The answer is 42?", "42"),
+    ("The answer is 42 (forty-two).", "42"),
+    ("The answer is 136 (rounded to the nearest integer).", "136"),
+    ("The answer is **42** (forty-two).", "42"),
+    # an equation ending the sentence: its right side
+    ("The answer is 7 times 6 equals 42.", "42"),  # the small local model's own phrasing
+    ("Answer: 7 times 6 equals 42", "42"),
+    ("The answer is 6 * 7 = 42.", "42"),
+    ("The answer is 6 * 7 is equal to 42.", "42"),
+    ("The answer is 540 - $480 = $60.", "60"),
+    ("The answer is x = 4.", "4"),
+    (r"The answer is $x = \frac{1}{2}$.", "0.5"),
+    # "Answer: <a sentence with exactly one number>"
+    ("Answer: The train travels 120 miles.", "120"),
+    ("Answer: She spends $18 in total.", "18"),
+    ("Answer: He earns 18 dollars a week.", "18"),
+    ("Final Answer: Sarah has 27 pens.", "27"),
+    ("**Answer**: The train travels 120 miles. That is 2 hours at 60 mph.", "120"),
+    ("The answer is that the house costs $90,000.", "90000"),
+    ("The answer is approximately 3.14.", "3.14"),
+    ("The answer is 29/3 liters.", "29/3"),
+    # the usual openers, markdown, numbers of every kind
+    ("The final answer is 42.", "42"),
+    ("So the answer is 42.", "42"),
+    ("Therefore, the final answer is: $42$. I hope it is correct.", "42"),
+    ("The answer is **42**.", "42"),
+    ("The answer is 1,000, since 10*100 = 1,000.", "1000"),
+    ("The answer is -3/4, because the slope falls.", "-0.75"),
+    ("The answer is −5.", "-5"),  # a Unicode minus sign
+    ("The answer is 2.50, which is the price.", "2.5"),
+    (r"The answer is \frac{1}{2}, since half of them left.", "0.5"),
+    ("The answer is $1,234.50.", "1234.5"),
+    # as before: boxed, GSM8K markers, plain numbers, words and choices
+    (r"so 6*7 = \boxed{42}, since 6 sevens are 42.", "42"),
+    (r"The answer is $\boxed{42}$ (forty-two).", "42"),
+    (r"\boxed{\frac{1}{2}}", "0.5"),
+    ("Janet sells 9 eggs.\n#### 18", "18"),
+    ("#### 1,234.5\n", "1234.5"),
+    ("#### 42 (forty-two)", "42"),
+    ("42", "42"),
+    ("She has 3 apples and 5 pears, so 8 in all", "8"),
+    ("The answer is Paris.", "Paris"),
+    ("The answer is Paris, since it is the capital.", "Paris"),
+    ("The answer is B) 12", "B)12"),
+    ("The answer is (B) 12.", "(B)12"),
+    ("The answer is option C with 12.", "optionCwith12"),
+    ("The answer is y = 2x + 3.", "y=2x+3"),
+    ("The answer is x >= 5.", "x>=5"),
+    ("The answer is 6 * (7).", "6*(7)"),
+    ("The answer is the square root of 2.", "thesquarerootof2"),
+    ("The answer is two times 6.", "twotimes6"),
+    ("The answer is 3:30 pm.", "3:30pm"),
+    ("answer = total_cost", "total_cost"),  # a Faithful-CoT program's variable
+    ("answer = sol[1]", "sol[1]"),
+    ("Final Answer: How old will Jerry be in 3 years?\nWe cannot tell.", "HowoldwillJerrybein3years?"),
+]
+
+
+@pytest.mark.parametrize(("text", "form"), PROSE)
+def test_prose_answers(text, form):
+    assert normalize_answer(extract_answer(text)) == form
+
+
+def test_prose_answers_vote_together():
+    texts = [text for text, form in PROSE if form == "42"]
+    assert len(texts) > 20
+    assert group_equivalent([extract_answer(t) for t in texts]) == [list(range(len(texts)))]
+    assert all(equivalent(extract_answer(t), "42") for t in texts)
+    half = [r"The answer is $\frac{1}{2}$, since half left.", "The answer is 0.5 (one half).", "#### 1/2"]
+    assert group_equivalent([extract_answer(t) for t in half]) == [[0, 1, 2]]
+
+
+def test_prose_is_trimmed_in_linear_time():
+    started = time.perf_counter()
+    for filler in ("ab (", " ", "1 = ", ", since", "((", "! "):  # a run of spaces was quadratic before issue 22
+        assert extract_answer("The answer is 4" + filler * 100_000 + " x").startswith("4")
+    assert time.perf_counter() - started < 5
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
