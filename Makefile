@@ -1,5 +1,6 @@
-# Two commands on a fresh machine: `make demo` (the CLI on a sample question, then majority vote, the shipped
-# trained SSA and the weighted vote on real GSM8K samples; embedded model, offline) and `make test`. Both create .venv with pip (torch pinned in the same command so pip takes the CPU build).
+# Two commands on a fresh machine: `make demo` (majority vote, the shipped trained SSA and the weighted vote on
+# real GSM8K samples, then the CLI drawing five candidates from the embedded model; offline) and `make test`.
+# Both create .venv with pip (torch pinned in the same command so pip takes the CPU build).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -16,8 +17,8 @@ $(BIN)/activate: pyproject.toml
 install: $(BIN)/activate
 
 demo: install
-	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 7 times 6? Answer with a number." --n 3 --max-tokens 48
 	HF_HUB_OFFLINE=1 $(BIN)/python -m aggregate_graph.demo
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 7 times 6? Answer with a number." --n 5 --max-tokens 48
 
 test: install
 	$(BIN)/ruff check .
