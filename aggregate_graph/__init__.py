@@ -16,8 +16,9 @@ Read top-down, the package follows one answer: question → candidates → sampl
 Around it, the integrations: openai_compat/ (`wrap_openai` and the proxy, for chat completions and the Responses
 API), serve/ (serving an aggregator model: vLLM, or the local CPU engine), local/ (the embedded SmolLM2),
 registry.py and trained/ (named and trained aggregators), pools.py (the real sample pools), log.py (the sample-set
-log), cli.py and demo.py (the `aggregate-graph` command and the offline demo), testing/ (a scripted
-OpenAI-compatible server: chat completions and the Responses API).
+log), cli.py and demo.py (the `aggregate-graph` command and the offline demo; cli_common.py: what it shares with
+`aggregate-train`: one-line errors, `--debug`, `--version`), testing/ (a scripted OpenAI-compatible server: chat
+completions and the Responses API).
 """
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer

@@ -1,6 +1,9 @@
 """`aggregate-graph ask "QUESTION" --n 5 [--model SPEC] [--aggregator NAME]`: run the prebuilt graph and show the work.
 `aggregate-graph serve-aggregator MODEL_DIR|ssa --engine vllm|local`: serve an aggregator over the OpenAI API.
-`aggregate-graph proxy --upstream URL`: an OpenAI-compatible server answering with aggregations."""
+`aggregate-graph proxy --upstream URL`: an OpenAI-compatible server answering with aggregations.
+
+Keys come from environment variables (or a file), never from the command line, where any user of the machine can
+read them (`ps`). A mistake is told in a line or two (`--debug` or AGGREGATE_GRAPH_DEBUG=1: the traceback)."""
 
 from __future__ import annotations
 
@@ -9,11 +12,26 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage
+from pydantic import ValidationError
 
 from aggregate_graph.aggregators import Aggregator
+from aggregate_graph.cli_common import (
+    CLIError,
+    ShortErrorParser,
+    debug_flag,
+    debug_requested,
+    env_secret,
+    one_line,
+    quiet_libraries,
+    refuse_secret_flag,
+    run_command,
+    validation_problems,
+    version_flag,
+)
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
@@ -23,22 +41,53 @@ from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES, DEFAULT_SERVED_NAME, SMOLLM2
 
 AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
+OPENAI_KEY_ENV = "OPENAI_API_KEY"  # `ask`'s key for --base-url and openai: models, and the proxy's upstream key
+PROXY_KEY_ENV = "AGGREGATE_GRAPH_PROXY_KEY"
 SHIPPED_SSA_NAME = "ssa"
+THREADS_HELP = (
+    "torch threads for the embedded model; 1 by default: a second OpenMP thread spins against any other busy "
+    "process on a 2-core machine, which made a 7 s run take 62 s"
+)
+# ProxyConfig's fields whose flag is not the field's own name
+PROXY_FLAGS = {
+    "api_key": "--api-key-env",
+    "upstream_api_key": "--upstream-api-key-env",
+    "aggregator_api_key": "--aggregator-api-key-env",
+    "upstream_timeout_s": "--upstream-timeout",
+    "max_request_s": "--max-request-seconds",
+}
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def _model(args: argparse.Namespace) -> Any:
     spec: str = args.model
-    if spec.split(":", 1)[0] in LOCAL_PREFIXES:
-        kwargs: dict[str, Any] = {"max_new_tokens": args.max_tokens}
+    provider = spec.partition(":")[0]
+    if provider in LOCAL_PREFIXES:
+        # dtype auto: bfloat16 where the CPU computes it natively, as the shipped SSA runs
+        kwargs: dict[str, Any] = {"max_new_tokens": args.max_tokens, "dtype": "auto", "torch_threads": args.threads}
         if args.seed is not None:
             kwargs["seed"] = args.seed
         return load_chat_model(spec, **kwargs)
     # The graph retries and times out each candidate itself; the client must not stack its own retries on top.
     kwargs = {"max_tokens": args.max_tokens, "max_retries": 0, "timeout": args.timeout}
+    key = env_secret(args.api_key_env, OPENAI_KEY_ENV, "--api-key-env")
     if args.base_url:  # any OpenAI-compatible server, e.g. vLLM: the spec is the served model name
         from langchain_openai import ChatOpenAI
 
-        return ChatOpenAI(model=spec, base_url=args.base_url, api_key=args.api_key or "EMPTY", **kwargs)
+        return ChatOpenAI(model=spec, base_url=args.base_url, api_key=key or "EMPTY", **kwargs)
+    if provider == "openai":
+        if key is None:
+            raise CLIError(
+                f"--model {spec} needs an OpenAI API key, and {OPENAI_KEY_ENV} is not set",
+                hint=f"export {OPENAI_KEY_ENV}=sk-… (or name another variable with --api-key-env NAME)",
+            )
+        kwargs["api_key"] = key
     return load_chat_model(spec, **kwargs)
 
 
@@ -91,23 +140,21 @@ def _show(sample_set: SampleSet, out: Any) -> None:
 
 
 def ask(args: argparse.Namespace) -> int:
+    if not args.debug:
+        quiet_libraries()
     policy = CandidatePolicy(timeout_s=args.timeout, max_attempts=args.attempts)
     adaptive = AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None
-    try:
-        aggregator = _aggregator(args)  # first: a flag that does not fit is reported before any model loads
-        graph = build_aggregate_graph(
-            _model(args),
-            n=args.n,
-            temperatures=args.temperatures,
-            system_prompts=args.system_prompts,
-            policy=policy,
-            adaptive=adaptive,
-            max_n=args.max_n,
-            aggregator=aggregator,
-        )
-    except (ValueError, TypeError, ImportError, RuntimeError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    aggregator = _aggregator(args)  # first: a flag that does not fit is reported before any model loads
+    graph = build_aggregate_graph(
+        _model(args),
+        n=args.n,
+        temperatures=args.temperatures,
+        system_prompts=args.system_prompts,
+        policy=policy,
+        adaptive=adaptive,
+        max_n=args.max_n,
+        aggregator=aggregator,
+    )
     state: dict[str, Any] = {}
     arrived = 0
     try:
@@ -124,13 +171,9 @@ def ask(args: argparse.Namespace) -> int:
             else:
                 state = chunk
     except AggregateGraphError as exc:
-        if exc.sample_set is not None:
+        if exc.sample_set is not None:  # what was drawn, failures included, before the error line
             _show(exc.sample_set, sys.stderr)
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise
     sample_set: SampleSet = state["sample_set"]
     if args.json:
         print(json.dumps(sample_set.model_dump(mode="json"), ensure_ascii=False))
@@ -139,20 +182,33 @@ def ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def _server_key(args: argparse.Namespace) -> str | None:
+    """The key serve-aggregator's clients must send: from --api-key-file (stripped) or --api-key-env; none without
+    either."""
+    if args.api_key_file is None:
+        return env_secret(args.api_key_env, None, "--api-key-env")
+    path = Path(args.api_key_file)
+    if not path.is_file():
+        raise CLIError(f"--api-key-file {path}: no such file", hint="write the key alone in it, readable by you only")
+    key = path.read_text(encoding="utf-8").strip()
+    if not key:
+        raise CLIError(f"--api-key-file {path} is empty", hint="write the key alone in it, readable by you only")
+    return key
+
+
 def serve_aggregator(args: argparse.Namespace) -> int:
     if args.model_dir == SHIPPED_SSA_NAME:
         if args.adapter is not None:
-            print("error: `ssa` is the shipped SSA adapter on smollm2: it takes no --adapter", file=sys.stderr)
-            return 2
+            raise CLIError("`ssa` is the shipped SSA adapter on smollm2: it takes no --adapter")
         if not (SHIPPED_SSA / "adapter_config.json").is_file():
-            print(f"error: this install has no shipped SSA adapter ({SHIPPED_SSA} is missing)", file=sys.stderr)
-            return 2
+            raise CLIError(f"this install has no shipped SSA adapter ({SHIPPED_SSA} is missing)")
         # the same path as `smollm2 --adapter DIR`: vLLM's --lora-modules, or the adapter merged on load
         args.model_dir, args.adapter = SMOLLM2, str(SHIPPED_SSA)
-    return _serve_vllm(args) if args.engine == "vllm" else _serve_local(args)
+    key = _server_key(args)
+    return _serve_vllm(args, key) if args.engine == "vllm" else _serve_local(args, key)
 
 
-def _serve_vllm(args: argparse.Namespace) -> int:
+def _serve_vllm(args: argparse.Namespace, key: str | None) -> int:
     # Engines are imported on use: `ask` needs neither, and the local one needs the `serve` extra.
     from aggregate_graph.serve.vllm import PortTakenError, VLLMNotFoundError, run_vllm, vllm_command
 
@@ -167,37 +223,36 @@ def _serve_vllm(args: argparse.Namespace) -> int:
             dtype=args.dtype or "auto",
             vllm=args.vllm,
         )
-        key_note = " (API key in VLLM_API_KEY)" if args.api_key else ""
+        key_note = " (API key in VLLM_API_KEY)" if key else ""
         print(f"running: {shlex.join(command)}{key_note}", file=sys.stderr, flush=True)
-        return run_vllm(command, host=args.host, port=args.port, api_key=args.api_key)
-    except (VLLMNotFoundError, PortTakenError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return run_vllm(command, host=args.host, port=args.port, api_key=key)  # in vLLM's environment, not argv
+    except (VLLMNotFoundError, PortTakenError) as exc:
+        problem, _, fix = str(exc).partition("\n")
+        raise CLIError(problem, hint=one_line(fix) or None) from exc
 
 
-def _serve_local(args: argparse.Namespace) -> int:
+def _serve_local(args: argparse.Namespace, key: str | None) -> int:
     for flag in ("max_model_len", "vllm", "dtype"):
         if getattr(args, flag) is not None:
-            print(f"error: --{flag.replace('_', '-')} applies only to --engine vllm", file=sys.stderr)
-            return 2
+            raise CLIError(f"--{flag.replace('_', '-')} applies only to --engine vllm")
+    if not args.debug:
+        quiet_libraries()
     try:
         from aggregate_graph.serve.local import serve_local
     except ImportError as exc:
-        print(f"error: the local engine needs the serve extra (pip install '.[local,serve]'): {exc}", file=sys.stderr)
-        return 2
-    try:
-        serve_local(
-            args.model_dir,
-            adapter=args.adapter,
-            host=args.host,
-            port=args.port,
-            served_model_name=args.served_model_name,
-            api_key=args.api_key,
-            max_body_bytes=args.max_body_bytes,
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise CLIError(
+            f"the local engine needs the local and serve extras: {exc}",
+            hint="pip install 'aggregate-graph[local,serve]'",
+        ) from exc
+    serve_local(
+        args.model_dir,
+        adapter=args.adapter,
+        host=args.host,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        api_key=key,
+        max_body_bytes=args.max_body_bytes,
+    )
     return 0
 
 
@@ -205,17 +260,16 @@ def proxy(args: argparse.Namespace) -> int:
     try:
         from aggregate_graph.openai_compat.proxy import ProxyConfig, serve_proxy
     except ImportError as exc:
-        print(f"error: the proxy needs the serve extra (pip install '.[serve]'): {exc}", file=sys.stderr)
-        return 2
+        raise CLIError(f"the proxy needs the serve extra: {exc}", hint="pip install 'aggregate-graph[serve]'") from exc
     # Keys come from the environment, never the command line, where any user of the machine can read them.
     keys = {}
-    for field, env in (
-        ("api_key", args.api_key_env),
-        ("upstream_api_key", args.upstream_api_key_env),
-        ("aggregator_api_key", args.aggregator_api_key_env),
+    for field, named, default in (
+        ("api_key", args.api_key_env, PROXY_KEY_ENV),
+        ("upstream_api_key", args.upstream_api_key_env, OPENAI_KEY_ENV),
+        ("aggregator_api_key", args.aggregator_api_key_env, AGGREGATOR_KEY_ENV),
     ):
-        if os.environ.get(env):
-            keys[field] = os.environ[env]
+        if (key := env_secret(named, default, PROXY_FLAGS[field])) is not None:
+            keys[field] = key
     try:
         config = ProxyConfig(
             upstream=args.upstream,
@@ -234,16 +288,17 @@ def proxy(args: argparse.Namespace) -> int:
             max_request_s=args.max_request_seconds,
             **keys,
         )
-        serve_proxy(config, host=args.host, port=args.port)  # it prints its banner once its checks pass
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except ValidationError as exc:  # a line per flag at fault, not pydantic's report on ProxyConfig's fields
+        raise CLIError(*validation_problems(exc, PROXY_FLAGS)) from exc
+    serve_proxy(config, host=args.host, port=args.port)  # it prints its banner once its checks pass
     return 0
 
 
-def _proxy_parser(commands: Any) -> None:
+def _proxy_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     proxy_cmd = commands.add_parser(
-        "proxy", help="an OpenAI-compatible server: chat completions and Responses API calls answered with aggregations"
+        "proxy",
+        help="an OpenAI-compatible server: chat completions and Responses API calls answered with aggregations",
+        parents=[common],
     )
     proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
     proxy_cmd.add_argument(
@@ -258,19 +313,25 @@ def _proxy_parser(commands: Any) -> None:
     proxy_cmd.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
     proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
     proxy_cmd.add_argument("--port", type=int, default=8080)
+    # No defaults here: a variable named on the command line must be set, a default one may be absent.
     proxy_cmd.add_argument(
         "--api-key-env",
-        default="AGGREGATE_GRAPH_PROXY_KEY",
-        help="environment variable holding the key clients must send (default AGGREGATE_GRAPH_PROXY_KEY)",
+        metavar="NAME",
+        help=f"environment variable holding the key clients must send (default {PROXY_KEY_ENV}, when set)",
     )
     proxy_cmd.add_argument(
-        "--upstream-api-key-env", default="OPENAI_API_KEY", help="environment variable with the upstream's key"
+        "--upstream-api-key-env",
+        metavar="NAME",
+        help=f"environment variable with the upstream's key (default {OPENAI_KEY_ENV}, when set)",
     )
     proxy_cmd.add_argument(
         "--aggregator-api-key-env",
-        default=AGGREGATOR_KEY_ENV,
-        help="environment variable with the aggregator server's key (the upstream key is never sent there)",
+        metavar="NAME",
+        help=f"environment variable with the aggregator server's key (default {AGGREGATOR_KEY_ENV}, when set; the "
+        "upstream key is never sent there)",
     )
+    for flag in ("--api-key", "--upstream-api-key", "--aggregator-api-key"):
+        refuse_secret_flag(proxy_cmd, flag, f"put the key in an environment variable and name it with {flag}-env NAME")
     proxy_cmd.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
     proxy_cmd.add_argument("--upstream-retries", type=int, default=2, help="retries of 429/5xx/timeouts per request")
     proxy_cmd.add_argument("--max-n", type=int, default=64, help="samples per request: n × choices (default 64)")
@@ -282,9 +343,14 @@ def _proxy_parser(commands: Any) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="aggregate-graph", description=__doc__)
+    common = debug_flag()
+    root = ShortErrorParser(
+        prog="aggregate-graph", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )  # fmt: skip
+    version_flag(root)
     commands = root.add_subparsers(dest="command", required=True)
-    ask_cmd = commands.add_parser("ask", help="answer a question with n candidates and an aggregator")
+    ask_cmd = commands.add_parser("ask", help="answer a question with n candidates and an aggregator", parents=[common])
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
     ask_cmd.add_argument(
@@ -294,7 +360,16 @@ def parser() -> argparse.ArgumentParser:
         '"openai:gpt-4o-mini", any "provider:model", or a served model name with --base-url',
     )
     ask_cmd.add_argument("--base-url", help="an OpenAI-compatible server (vLLM, …); --model is its served model name")
-    ask_cmd.add_argument("--api-key", help="key for --base-url (default: EMPTY)")
+    ask_cmd.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help=f"environment variable holding the key for --base-url or an openai: model (default {OPENAI_KEY_ENV}; "
+        "none set: --base-url gets EMPTY)",
+    )
+    refuse_secret_flag(
+        ask_cmd, "--api-key", f"put it in an environment variable and name that with --api-key-env NAME (default "
+        f"{OPENAI_KEY_ENV})",
+    )  # fmt: skip
     ask_cmd.add_argument("--temperatures", type=float, nargs="+", help="a pool over these temperatures")
     ask_cmd.add_argument("--system-prompts", nargs="+", help="a pool over these system prompts")
     ask_cmd.add_argument("--max-tokens", type=int, default=256)
@@ -321,11 +396,14 @@ def parser() -> argparse.ArgumentParser:
         help=f"the aggregator's served model name at --aggregator-base-url (default {DEFAULT_SERVED_NAME})",
     )
     ask_cmd.add_argument("--seed", type=int, help="sampling seed for the local model")
+    ask_cmd.add_argument("--threads", type=_positive_int, default=1, help=THREADS_HELP)
     ask_cmd.add_argument("--json", action="store_true", help="print the sample set as JSON")
     ask_cmd.set_defaults(run=ask)
 
     serve_cmd = commands.add_parser(
-        "serve-aggregator", help="serve an aggregator model over the OpenAI chat-completions API (vLLM or CPU)"
+        "serve-aggregator",
+        help="serve an aggregator model over the OpenAI chat-completions API (vLLM or CPU)",
+        parents=[common],
     )
     serve_cmd.add_argument(
         "model_dir",
@@ -343,7 +421,7 @@ def parser() -> argparse.ArgumentParser:
         "local (CPU, in this process, needs the serve extra: the faster one on a CPU)",
     )
     serve_cmd.add_argument(
-        "--host", default="127.0.0.1", help="default 127.0.0.1; another host needs --api-key (local)"
+        "--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a key (--engine local)"
     )
     serve_cmd.add_argument("--port", type=int, default=8000)
     serve_cmd.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
@@ -358,18 +436,29 @@ def parser() -> argparse.ArgumentParser:
         help="vLLM's weights precision (default auto: without CUDA, bfloat16 where the CPU computes it natively, "
         "else float32)",
     )
-    serve_cmd.add_argument("--api-key", help="require this key as 'Authorization: Bearer KEY'")
+    key_source = serve_cmd.add_mutually_exclusive_group()
+    key_source.add_argument(
+        "--api-key-env",
+        metavar="NAME",
+        help="require the key in this environment variable as 'Authorization: Bearer KEY'",
+    )
+    key_source.add_argument("--api-key-file", metavar="PATH", help="the same, with the key in this file")
+    refuse_secret_flag(
+        serve_cmd, "--api-key", "put it in an environment variable and name that with --api-key-env NAME, or in a "
+        "file: --api-key-file PATH",
+    )  # fmt: skip
     serve_cmd.add_argument(
         "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger request bodies get 413 (local)"
     )
     serve_cmd.set_defaults(run=serve_aggregator)
-    _proxy_parser(commands)
+    _proxy_parser(commands, common)
     return root
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    return args.run(args)
+    args.debug = debug_requested(getattr(args, "debug", False))
+    return run_command(lambda: args.run(args), debug=args.debug)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from langchain_openai import ChatOpenAI
@@ -29,6 +31,15 @@ def _forget_n_support() -> None:
     from aggregate_graph.n_support import forget
 
     forget()
+
+
+@pytest.fixture
+def restored_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """For a CLI's main() run in-process: it quiets the libraries through os.environ and the warnings filters
+    (both come back after the test), and AGGREGATE_GRAPH_DEBUG must not leak in from the caller's shell."""
+    monkeypatch.delenv("AGGREGATE_GRAPH_DEBUG", raising=False)
+    with patch.dict(os.environ), warnings.catch_warnings():
+        yield
 
 
 @pytest.fixture

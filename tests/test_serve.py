@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import stat
@@ -40,12 +41,13 @@ KEY = "sk-serve-test"
 PROMPT = [{"role": "user", "content": "Count from 1 to 10."}]
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "aggregate_graph.cli", "serve-aggregator", *args],
         capture_output=True,
         text=True,
         timeout=120,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -149,13 +151,18 @@ def test_cli_starts_vllm_with_the_key_in_its_environment(model_folder: Path, vll
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    done = cli(str(model_folder), "--vllm", str(vllm_stand_in), "--port", str(port), "--api-key", "secret")
+    flags = ("--vllm", str(vllm_stand_in), "--port", str(port))
+    done = cli(str(model_folder), *flags, "--api-key-env", "SERVER_KEY", env={"SERVER_KEY": "secret"})
     # the stand-in exits at once, never ready: the CLI says so and fails
     assert done.returncode == 1 and "exited with status 0 before it was ready" in done.stderr
     assert done.stdout.startswith(f"vllm-stand-in -m vllm.entrypoints.openai.api_server --model {model_folder} ")
     argv_line, env_line = done.stdout.splitlines()
     assert f"--port {port}" in argv_line and "secret" not in argv_line  # never on vLLM's argv (ps shows it)
     assert env_line == "VLLM_API_KEY=secret" and "secret" not in done.stderr  # handed over in its environment
+    key_file = model_folder.parent / "key"
+    key_file.write_text("secret\n", encoding="utf-8")
+    from_file = cli(str(model_folder), *flags, "--api-key-file", str(key_file))
+    assert from_file.stdout.splitlines()[1] == "VLLM_API_KEY=secret"  # the file's key, stripped
 
 
 STAND_IN_SERVER = """#!{python}

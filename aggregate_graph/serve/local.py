@@ -241,7 +241,10 @@ def serve_local(
     """Serve `model_dir` until interrupted. A host other than loopback needs an `api_key`: the server
     would otherwise hand CPU time and the model to anyone on the network."""
     if api_key is None and not is_loopback(host):
-        raise ValueError(f"refusing to serve on {host!r} without an API key: pass --api-key, or bind 127.0.0.1")
+        raise ValueError(
+            f"refusing to serve on {host!r} without an API key: name one with --api-key-env NAME or --api-key-file "
+            "PATH, or bind 127.0.0.1"
+        )
     app = create_app(
         model_dir, adapter=adapter, served_model_name=served_model_name, api_key=api_key, max_body_bytes=max_body_bytes
     )
