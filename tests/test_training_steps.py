@@ -137,6 +137,7 @@ def test_collect_imports_a_real_pool(tmp_path: Path) -> None:
     assert len(sets) == 5 and all(len(s.candidates) == 8 and s.gold for s in sets)
 
 
+@pytest.mark.usefixtures("restored_environment")
 def test_cli_flags_are_the_config_fields(tmp_path: Path, capsys) -> None:
     assert main([]) == 2 and main(["--help"]) == 0 and "evaluate" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_:
@@ -205,8 +206,9 @@ def test_sft_reads_a_yaml_file_and_flags_together_flags_winning(tmp_path: Path) 
         ("grpo", ["--num_generations", "3"], "must be divisible by num_generations"),  # TRL's own check
     ],
 )
+@pytest.mark.usefixtures("restored_environment")
 def test_bad_values_fail_in_post_init_before_a_model_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str, flags: list[str], error: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, step: str, flags: list[str], error: str
 ) -> None:
     import training.grpo
     import training.sft
@@ -217,13 +219,84 @@ def test_bad_values_fail_in_post_init_before_a_model_loads(
     for module in (training.sft, training.grpo):
         monkeypatch.setattr(module, "load_model", loading)
         monkeypatch.setattr(module, "load_tokenizer", loading)
-    with pytest.raises(ValueError, match=error):
-        main([step, str(sft_yaml(tmp_path / "sft.yaml")), *flags])
+    assert main([step, str(sft_yaml(tmp_path / "sft.yaml")), *flags]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and error in line
 
 
-def test_build_config_checks_its_values_when_made() -> None:
-    with pytest.raises(ValueError, match="k_min <= k_max"):
-        main(["build", "--sample_sets", "missing.jsonl", "--output_dir", "out", "--k_min", "4", "--k_max", "3"])
+@pytest.mark.usefixtures("restored_environment")
+def test_build_config_checks_its_values_when_made(capsys) -> None:
+    assert main(["build", "--sample_sets", "missing.jsonl", "--output_dir", "out", "--k_min", "4", "--k_max", "3"]) == 2
+    assert "k_min <= k_max" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("restored_environment")
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["weights", "--sample-sets", "/nope", "--output", "w.json"],
+            "error: /nope: no such sample-set JSONL file, nor a pool name (faithful_cot, gpt3_solutions, qwen_math)\n",
+        ),
+        (
+            ["weights", "/nope.yaml"],
+            "error: config file /nope.yaml: no such file\nhint: the example configs are in the repository's "
+            "training/configs/\n",
+        ),
+        (["weights", "--config"], "error: --config needs a file: --config CONFIG.yaml\n"),
+        (
+            ["weights", "{dir}/broken.yaml"],
+            "error: config file {dir}/broken.yaml is not valid YAML: expected ',' or ']', but got '<stream end>' "
+            "(line 2, column 1)\n",
+        ),
+        (
+            ["weights", "{dir}/unknown.yaml"],
+            "error: the config file has keys that aggregate-train weights does not know: sample_sets_file "
+            "(`aggregate-train weights --help` lists them)\n",
+        ),
+        (
+            ["weights", "--output", "w.json"],
+            "error: the following arguments are required: --sample_sets/--sample-sets\n"
+            "hint: `aggregate-train weights --help` lists the flags\n",
+        ),
+        (
+            ["sft", "--model", "/nope-model", "--data_dir", "d", "--output_dir", "o"],
+            "error: model /nope-model: not a transformers model folder (no config.json there); smollm2 is the "
+            "embedded SmolLM2-135M-Instruct\n",
+        ),
+        (
+            ["bogus"],
+            "error: unknown step 'bogus'; the steps are collect, weights, build, sft, grpo, calibrate, evaluate, "
+            "report, export\nhint: `aggregate-train --help` says what each does\n",
+        ),
+        (
+            ["buidl"],
+            "error: unknown step 'buidl'; the steps are collect, weights, build, sft, grpo, calibrate, "
+            "evaluate, report, export\nhint: did you mean 'build'?\n",
+        ),
+    ],
+)
+def test_step_mistakes_are_told_in_a_line_or_two(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    (tmp_path / "broken.yaml").write_text("sample_sets: [a, b\n", encoding="utf-8")
+    (tmp_path / "unknown.yaml").write_text("sample_sets_file: x\noutput: w.json\n", encoding="utf-8")
+    argv = [arg.format(dir=tmp_path) for arg in argv]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # a usage mistake: argparse exits
+        status = exit_.code
+    assert status == 2
+    captured = capsys.readouterr()
+    assert captured.err == message.format(dir=tmp_path) and captured.out == ""
+
+
+@pytest.mark.usefixtures("restored_environment")
+def test_debug_lets_the_traceback_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    argv = ["weights", "--sample-sets", "/nope", "--output", "w.json"]
+    with pytest.raises(FileNotFoundError, match="/nope: no such sample-set JSONL file"):
+        main(["--debug", *argv])
+    monkeypatch.setenv("AGGREGATE_GRAPH_DEBUG", "1")
+    with pytest.raises(FileNotFoundError):
+        main(argv)
 
 
 def test_pools_join_with_plus_but_a_config_named_nl_plus_sl_stays_one() -> None:

@@ -40,7 +40,7 @@ def load_sample_sets(source: str | Path, limit: int | None = None, problems: Pro
     else:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"{source}: neither a sample-set JSONL file nor a pool name ({sorted(POOLS)})")
+            raise FileNotFoundError(f"{source}: no such sample-set JSONL file, nor a pool name ({', '.join(POOLS)})")
         sets = list(read_sample_sets(path))
     if problems != "all":
         if problems not in ("unreserved", "reserved"):

@@ -22,10 +22,22 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
+def model_folder(model: str) -> Path:
+    """The local folder `model` names (`smollm2`: the embedded one). Checked here: transformers would read a missing
+    folder as a Hub id and fail on the id's spelling or on being offline."""
+    folder = resolve_model_dir(model)
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"model {model}: not a transformers model folder (no config.json there); smollm2 is the embedded "
+            "SmolLM2-135M-Instruct"
+        )
+    return folder
+
+
 def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(model), local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_folder(model), local_files_only=True)
     if tokenizer.pad_token is None:  # batching needs one; EOS is the usual stand-in
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -39,7 +51,7 @@ def load_model(model: ModelConfig, adapter: str | None = None, bf16: bool = Fals
 
     dtype = model.dtype or ("bfloat16" if bf16 else "float32")
     loaded = AutoModelForCausalLM.from_pretrained(
-        resolve_model_dir(model.model_name_or_path),
+        model_folder(model.model_name_or_path),
         dtype=dtype if dtype == "auto" else getattr(torch, dtype),
         attn_implementation=model.attn_implementation,
         quantization_config=get_quantization_config(model),

@@ -14,13 +14,17 @@ from typing import Any
 
 from trl import TrlParser
 
+from aggregate_graph.cli_common import ShortErrorParser
+
 
 def _aliases(field: Field) -> list[str]:
     aliases = field.metadata.get("aliases", [])
     return [aliases] if isinstance(aliases, str) else list(aliases)
 
 
-class StepParser(TrlParser):
+class StepParser(ShortErrorParser, TrlParser):
+    """TRL's parser with the aliases, and mistakes told in a line or two (`ShortErrorParser`)."""
+
     def __init__(self, dataclass_types: Iterable[type], **kwargs: Any) -> None:
         dataclass_types = list(dataclass_types)
         self.renamed = {
@@ -41,4 +45,9 @@ class StepParser(TrlParser):
                 )
 
     def set_defaults_with_config(self, **kwargs: Any) -> list[str]:
-        return super().set_defaults_with_config(**{self.renamed.get(key, key): value for key, value in kwargs.items()})
+        unknown = super().set_defaults_with_config(**{self.renamed.get(k, k): v for k, v in kwargs.items()})
+        if unknown:  # TRL's own message would advise an argument of its Python API
+            keys = ", ".join(flag.removeprefix("--") for flag in unknown[::2])  # [--key, value, …]
+            raise ValueError(f"the config file has keys that {self.prog} does not know: {keys} (`{self.prog} --help` "
+                             "lists them)")  # fmt: skip
+        return unknown
