@@ -49,7 +49,7 @@ _ANSWER_IS = re.compile(r"(?:final answer|the answer|answer)\**\s*(?:is|:|=)\s*:
 _STATED = re.compile(r"(.+?)(?:\.\s|(?<=[!?])\s+(?=[A-Z])|\.?(?:(?<!\s)\s+)?$|\n)")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+_NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?(?:/\d+)?|-?\.\d+")  # no trailing comma: "42, since" is 42
 
 
 def _last_boxed(text: str) -> str | None:
