@@ -18,7 +18,7 @@ install: $(BIN)/activate
 
 demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m aggregate_graph.demo
-	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 7 times 6? Answer with a number." --n 5 --max-tokens 48
+	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 10 times 10? Answer with a number." --n 5 --max-tokens 48
 
 test: install
 	$(BIN)/ruff check .
