@@ -122,21 +122,33 @@ def _show(sample_set: SampleSet, out: Any) -> None:
         latency = f"{c.latency_s:.2f}s" if c.latency_s is not None else "-"
         answer = "-" if c.answer is None else c.answer[:16]
         print(f"{c.index:>3}  {c.model[:28]:<28} {answer:<16} {latency:>8}  {note[:60]}", file=out)
-    if (agg := sample_set.aggregation) is not None:
+    if (agg := sample_set.aggregation) is None:
+        return
+    cut = sum(c.finish_reason == "length" and c.answer is None for c in sample_set.candidates)
+    if agg.votes:
         votes = ", ".join(f"{answer}: {count:g}" for answer, count in sorted(agg.votes.items(), key=lambda kv: -kv[1]))
         print(f"\nVotes ({agg.method}): {votes}", file=out)
-        if agg.tie:
-            print(f"Tie between {agg.tie}: broken by candidate order", file=out)
-        if probs := agg.details.get("choice_probs"):  # the choice SSA's calibrated probabilities over the answers
-            shown = ", ".join(f"{a}: {p:.0%}" for a, p in sorted(probs.items(), key=lambda kv: -kv[1]))
-            verdict = "unsure, so the vote decided" if agg.details.get("deferred") else "its pick decided"
-            print(f"Aggregator model: {shown} ({verdict})", file=out)
-        elif agg.details.get("skipped") == "unanimous":
-            print("Aggregator model not asked: one answer among the candidates", file=out)
-        saved = sample_set.metadata.get("samples_saved")
-        if saved:
-            print(f"Adaptive sampling stopped early: {saved} samples saved", file=out)
+    else:  # nothing to vote on: the fallback picked a text
+        picked = f"candidate {agg.support[0]}" if agg.support else "a text"
+        print(f"\nNo candidate stated an answer; {agg.method} picked {picked} as the most typical", file=out)
+    if cut:  # a cut-off solution states no answer (its last number is not one), so it does not vote
+        print(f"{cut} of {len(sample_set.candidates)} stopped at the token limit before answering: raise "
+              "--max-tokens for longer answers", file=out)  # fmt: skip
+    if agg.tie:
+        print(f"Tie between {agg.tie}: broken by candidate order", file=out)
+    if probs := agg.details.get("choice_probs"):  # the choice SSA's calibrated probabilities over the answers
+        shown = ", ".join(f"{a}: {p:.0%}" for a, p in sorted(probs.items(), key=lambda kv: -kv[1]))
+        verdict = "unsure, so the vote decided" if agg.details.get("deferred") else "its pick decided"
+        print(f"Aggregator model: {shown} ({verdict})", file=out)
+    elif agg.details.get("skipped") == "unanimous":
+        print("Aggregator model not asked: one answer among the candidates", file=out)
+    saved = sample_set.metadata.get("samples_saved")
+    if saved:
+        print(f"Adaptive sampling stopped early: {saved} samples saved", file=out)
+    if agg.answer is not None:
         print(f"Final answer: {agg.answer}", file=out)
+    else:
+        print(f"Final text: {one_line(agg.text)[:200]}", file=out)
 
 
 def ask(args: argparse.Namespace) -> int:

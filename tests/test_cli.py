@@ -32,6 +32,14 @@ def test_ask_shows_candidates_votes_and_final_answer(serve):
     assert done.stdout.rstrip().endswith("Final answer: 42")
 
 
+def test_ask_without_any_stated_answer_shows_the_picked_text(serve):
+    server = serve(["Hello there, friend!", "Hello there!", "Good morning to you, friend."])
+    done = run("ask", "Say hello", "--n", "3", "--model", "test-model", "--base-url", server.base_url)
+    assert done.returncode == 0, done.stderr
+    assert "No candidate stated an answer; medoid picked candidate " in done.stdout
+    assert done.stdout.rstrip().splitlines()[-1].startswith("Final text: Hello there")
+
+
 def test_ask_json_output_is_the_sample_set(serve):
     server = serve(["#### 9"])
     done = run("ask", "3+6?", "--n", "2", "--model", "m", "--base-url", server.base_url, "--json")
