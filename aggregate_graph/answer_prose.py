@@ -16,7 +16,7 @@ MAX_PROSE_CHARS = 500
 # What follows the answer and is no part of it: "42, since 6*7=42", "42 because …", "42, which …", "42; …"
 _CLAUSE = re.compile(
     r"(?:,\s+(?:since|which|because|as|so|thus|hence|therefore|meaning|where|given|that is|i\.e)"
-    r"|\s+(?:since|which|because|so))\b.*|;.*",
+    r"|\s+(?:since|which|because|so))\b.*|;(?![^=]*=).*",  # not "x = 3; y = 4": both are the answer
     re.IGNORECASE | re.DOTALL,
 )
 _ASIDE = re.compile(r"(?<!\s)\s+\([^()]*\)$")  # "42 (forty-two)"
@@ -31,9 +31,11 @@ _WORD = re.compile(r"(?<![\w\\])[A-Za-z]{2,}(?!\w)")  # not a LaTeX command (`\f
 # ("Final Answer: How old will Jerry be in 3 years?"), and its number (3) is not the answer.
 _INTERROGATIVE = re.compile(r"^\W*(?:how|what|which|who|whose|why|when|where)\b", re.IGNORECASE)
 # Why the one number of a sentence may not be its answer: math around it ("x_1 + 2", "4 pi", "sol[1]", "the square
-# root of 2"), a second number in words ("two times 6"), or a multiple choice ("(B) 12", "option C with 12")
+# root of 2"), a second number in words ("two times 6"), a multiple choice ("(B) 12", "option C with 12"), or a
+# negation or bound ("not 5", "less than 10", "at least 3", "x ≥ 5")
 _NOT_PROSE = re.compile(
-    r"[=+*/^_{}\\<>|\[\]]|\s-\s|\(?\b[A-E]\)|\b(?:pi|sqrt|roots?|squared|cubed|powers?|times|plus|minus|over|divided|"
+    r"[=+*/^_{}\\<>|\[\]≤≥≠≈]|\s-\s|\(?\b[A-E]\)|\b(?:not|no|less|more|least|most|than|under|between|"
+    r"pi|sqrt|roots?|squared|cubed|powers?|times|plus|minus|over|divided|"
     r"multiplied|negative|mod|log|ln|sin|cos|tan|factorial|choose|option|choice|twice|double|triple|dozens?|halves|"
     r"half|thirds?|quarters?|fourths?|fifths?|zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|"
     r"\w+teen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundreds?|thousands?|millions?|billions?)\b",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from aggregate_graph.errors import AggregateGraphError
 
 DEBUG_ENV = "AGGREGATE_GRAPH_DEBUG"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
 # Which extra brings a module a command may miss, for the `pip install` hint.
 EXTRA_OF = {
@@ -87,6 +89,9 @@ def refuse_secret_flag(parser: argparse.ArgumentParser, flag: str, instead: str)
 def env_secret(named: str | None, default: str | None, flag: str) -> str | None:
     """The key in the environment variable `named` by `flag`, else in `default` when that one is set. A variable
     the user named must hold a key: its absence is a mistake, not a reason to run without one."""
+    if named and not _ENV_NAME.fullmatch(named):  # most likely the key itself: never shown back
+        raise CLIError(f"{flag} takes the NAME of an environment variable holding the key, not the key",
+                       hint=f"export MY_KEY=… and pass {flag} MY_KEY")  # fmt: skip
     name = named or default
     value = os.environ.get(name, "").strip() if name else ""
     if named and not value:
@@ -94,12 +99,15 @@ def env_secret(named: str | None, default: str | None, flag: str) -> str | None:
     return value or None
 
 
-def quiet_libraries() -> None:
+def quiet_libraries(*, progress: bool = False) -> None:
     """Keep library chatter (transformers' "Loading weights" bars and notices, deprecation warnings) out of the
-    command's output. transformers reads these variables when it is imported, which the commands do only when a
-    model loads: importing it here to call its setters would add a second to every command, `--help` included."""
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' own bars follow huggingface_hub's
+    command's output; with `progress` (training: a long job), transformers keeps its log and progress bars — its
+    verbosity also decides whether the trainer shows its own. transformers reads these variables when it is
+    imported, which the commands do only when a model loads: importing it here to call its setters would add a
+    second to every command, `--help` included."""
+    if not progress:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' own bars follow huggingface_hub's
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category, module=NOISY_MODULES)
@@ -158,9 +166,11 @@ def describe_failure(exc: BaseException) -> CLIError | None:
         return CLIError(one_line(str(exc)), hint=_install_hint(exc))
     if isinstance(exc, OSError) and exc.filename is not None:  # FileNotFoundError, IsADirectoryError, …
         return CLIError(f"{exc.filename}: {(exc.strerror or str(exc)).lower()}")
-    if isinstance(exc, OSError | ValueError | TypeError):
-        return CLIError(one_line(str(exc)) or type(exc).__name__)
-    return None
+    if isinstance(exc, ValueError):  # how the library refuses an option: a mistake in the command
+        return CLIError(one_line(str(exc)) or type(exc).__name__, hint="--debug shows where it was raised")
+    if isinstance(exc, OSError):  # the machine's (a taken address, a full disk), not the command's
+        return CLIError(one_line(str(exc)) or type(exc).__name__, hint="--debug shows the traceback", status=RUNTIME)
+    return None  # a TypeError, KeyError, …: a bug, whose traceback is what a report needs
 
 
 def report(failure: CLIError) -> int:

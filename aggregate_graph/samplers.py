@@ -121,8 +121,10 @@ class Sampler:
         lets each candidate land as soon as it is done."""
         if policy.use_n is not None:
             return policy.use_n
-        if (batches_calls := getattr(self.model, "batches_calls", None)) is not None and batches_calls():
-            return False
+        if (batches_calls := getattr(self.model, "batches_calls", None)) is not None:
+            options = self.bound if self.temperature is None else {**self.bound, "temperature": self.temperature}
+            if batches_calls(options):
+                return False
         return "n" in type(self.model).model_fields and n_mode(self.endpoint) not in ("ignored", "refused")
 
     def prompt(self, messages: Sequence[BaseMessage]) -> list[BaseMessage]:

@@ -104,6 +104,12 @@ PROSE = [
     ("answer = total_cost", "total_cost"),  # a Faithful-CoT program's variable
     ("answer = sol[1]", "sol[1]"),
     ("Final Answer: How old will Jerry be in 3 years?\nWe cannot tell.", "HowoldwillJerrybein3years?"),
+    # a negation or a bound is not a vote for its number
+    ("The answer is not 5.", "not5"),
+    ("The answer is less than 10.", "lessthan10"),
+    ("The answer is at least 3 days.", "atleast3days"),
+    ("The answer is all x ≥ 5.", "allx≥5"),
+    ("The answer is x = 3; y = 4.", "x=3;y=4"),  # both parts of a two-variable answer
 ]
 
 

@@ -163,6 +163,14 @@ def test_a_key_on_the_command_line_is_refused_in_one_line(capsys, argv: list[str
     assert "in an environment variable" in err and instead in err
 
 
+def test_a_key_given_where_its_variable_name_goes_is_never_shown(capsys) -> None:
+    argv = ["ask", "q", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "sk-pasted/key-1"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sk-pasted" not in err
+    assert err.startswith("error: --api-key-env takes the NAME of an environment variable holding the key, not the key")
+
+
 def test_ask_sends_the_key_from_the_environment_variable_it_names(serve, monkeypatch, capsys) -> None:
     server = serve(["#### 9"])
     base = ["ask", "3+6?", "--n", "1", "--model", "m", "--base-url", server.base_url]

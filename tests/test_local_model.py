@@ -171,16 +171,23 @@ def _concurrently(model: LocalChatModel, prompts: list[str], **options: object) 
         return list(pool.map(call, prompts))
 
 
+# top_p this small keeps only the likeliest token: a sampled call (so batched) that decodes as greedy does
+NEAR_GREEDY = {"temperature": 1.0, "top_p": 0.001}
+
+
 def test_concurrent_calls_share_one_batch_and_decode_as_alone(
     model: LocalChatModel, unseeded: LocalChatModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Prompts of different lengths: the batch is left-padded, and each row must still decode as it does alone.
+    from aggregate_graph.local import chat_model
+
     prompts = ["Hi", "What is the capital of France?", "Name three colours of the rainbow, please."]
     batches: list[int] = []
-    decode = unseeded._decode_batch
-    monkeypatch.setattr(unseeded, "_decode_batch", lambda requests: (batches.append(len(requests)), decode(requests)))
-    together = _concurrently(unseeded, prompts, temperature=0)
-    alone = [model.invoke(p, temperature=0, max_new_tokens=12) for p in prompts]  # seeded: the unbatched path
+    decode = chat_model.decode_rows
+    monkeypatch.setattr(chat_model, "decode_rows", lambda m, t, requests, *a: (batches.append(len(requests)),
+                                                                               decode(m, t, requests, *a)))  # fmt: skip
+    together = _concurrently(unseeded, prompts, **NEAR_GREEDY)
+    alone = [model.invoke(p, temperature=0, max_new_tokens=12) for p in prompts]  # greedy: the unbatched path
     assert batches == [3]
     assert [m.text for m, _ in together] == [m.text for m in alone]
     for (message, _), single in zip(together, alone, strict=True):
@@ -196,7 +203,7 @@ def test_a_row_that_ends_is_answered_before_the_batch_ends(unseeded: LocalChatMo
     stop = " " + words[1]
     (short, short_at), (long, long_at) = _concurrently(
         unseeded, ["What is the capital of France?", "Tell me a long story about a dragon."],
-        temperature=0, max_new_tokens=40, stop=[stop],
+        max_new_tokens=40, stop=[stop], **NEAR_GREEDY,
     )  # fmt: skip
     assert short.text == greedy.text[: greedy.text.index(stop)]
     assert short.response_metadata["finish_reason"] == "stop"
@@ -204,10 +211,15 @@ def test_a_row_that_ends_is_answered_before_the_batch_ends(unseeded: LocalChatMo
     assert short_at < long_at
 
 
-def test_seeded_and_logprob_calls_are_not_batched(model: LocalChatModel, unseeded: LocalChatModel) -> None:
+def test_seeded_greedy_and_logprob_calls_are_not_batched(model: LocalChatModel, unseeded: LocalChatModel) -> None:
     from aggregate_graph.samplers import CandidatePolicy, Sampler
 
     assert unseeded.batches_calls() and not model.batches_calls()
-    # the graph asks a batching model for one candidate per call, a seeded one for n in one call
-    assert not Sampler(model=unseeded).supports_n(CandidatePolicy())
-    assert Sampler(model=model).supports_n(CandidatePolicy())
+    for options in ({"seed": 1}, {"temperature": 0}, {"logprobs": True}, {"frequency_penalty": 1}):
+        assert not unseeded.batches_calls(options), options
+    # the graph asks a batching model for one candidate per call; a seeded, bound-seeded or greedy one for n
+    policy = CandidatePolicy()
+    assert not Sampler(model=unseeded).supports_n(policy)
+    assert Sampler(model=model).supports_n(policy)
+    assert Sampler(model=unseeded.bind(seed=1)).supports_n(policy)
+    assert Sampler(model=unseeded, temperature=0).supports_n(policy)

@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     debug = debug_requested(flag)
     if not debug:
-        quiet_libraries()
+        quiet_libraries(progress=True)  # a training run's progress bars are its news
     if argv[0] not in STEPS:
         return report(unknown_step(argv[0]))
     return run_command(lambda: run_step(argv[0], argv[1:]), debug=debug)

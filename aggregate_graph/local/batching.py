@@ -14,7 +14,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+import weakref
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 # the window closes once none arrived for this long, so a lone call waits no longer than that.
 ARRIVAL_GAP_S = 0.025
 MAX_WAIT_S = 0.1
+IDLE_S = 30.0
 
 
 @dataclass
@@ -37,43 +39,59 @@ class RowRequest:
 
 
 class RowBatcher:
-    """Runs submitted `RowRequest`s in batches on a worker thread; `run_batch(requests)` decodes one batch of
-    requests with equal keys (it is `LocalChatModel`'s, which holds the model's lock while it runs)."""
+    """Runs submitted `RowRequest`s in batches on a worker thread. `run_batch` (a weak reference to
+    `LocalChatModel._decode_batch`, which holds the model's lock while it decodes) decodes one batch of requests
+    with equal keys. The worker ends after `IDLE_S` without requests and starts again with the next one, so an
+    idle model keeps no thread, and no thread keeps a model alive."""
 
-    def __init__(self, run_batch: Callable[[list[RowRequest]], None], max_batch: int = 16) -> None:
+    def __init__(self, run_batch: weakref.WeakMethod, max_batch: int = 16) -> None:
         self._run_batch, self._max_batch = run_batch, max_batch
         self._queue: queue.Queue[RowRequest] = queue.Queue()
         self._worker: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._worker_lock = threading.Lock()  # the worker's start and end, against a request queued between them
 
     def submit(self, request: RowRequest) -> list[int]:
         """Queue `request` and wait for its generated tokens (the end token included when it ended)."""
-        with self._start_lock:
-            if self._worker is None:
+        with self._worker_lock:
+            if self._worker is None or not self._worker.is_alive():  # none yet, ended idle, or lost in a fork
                 self._worker = threading.Thread(target=self._serve, name="local-chat-model-batcher", daemon=True)
                 self._worker.start()
-        self._queue.put(request)
+            self._queue.put(request)
         return request.tokens.result()
 
     def _serve(self) -> None:
-        while True:
-            arrived = [self._queue.get()]
-            deadline = time.monotonic() + MAX_WAIT_S
-            while len(arrived) < self._max_batch and (left := deadline - time.monotonic()) > 0:
-                try:
-                    arrived.append(self._queue.get(timeout=min(ARRIVAL_GAP_S, left)))
-                except queue.Empty:
-                    break
+        while (arrived := self._next_batch()) is not None:
             groups: dict[Hashable, list[RowRequest]] = {}
             for request in arrived:
                 groups.setdefault(request.key, []).append(request)
             for group in groups.values():
                 try:
-                    self._run_batch(group)
+                    if (run_batch := self._run_batch()) is None:
+                        raise RuntimeError("the model of these calls was freed")
+                    run_batch(group)
                 except BaseException as error:  # every caller still waiting hears it; the worker lives on
                     for request in group:
                         if not request.tokens.done():
                             request.tokens.set_exception(error)
+
+    def _next_batch(self) -> list[RowRequest] | None:
+        """The requests that arrive together, or None once none came for `IDLE_S` (the worker then ends)."""
+        while True:
+            try:
+                arrived = [self._queue.get(timeout=IDLE_S)]
+                break
+            except queue.Empty:
+                with self._worker_lock:
+                    if self._queue.empty():
+                        self._worker = None
+                        return None
+        deadline = time.monotonic() + MAX_WAIT_S
+        while len(arrived) < self._max_batch and (left := deadline - time.monotonic()) > 0:
+            try:
+                arrived.append(self._queue.get(timeout=min(ARRIVAL_GAP_S, left)))
+            except queue.Empty:
+                break
+        return arrived
 
 
 def decode_rows(model: Any, tokenizer: Any, requests: list[RowRequest], end_ids: set[int], pad_id: int) -> None:

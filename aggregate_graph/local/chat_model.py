@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -163,7 +164,7 @@ class LocalChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         params = self._sampling_params(kwargs)
-        if self.batches_calls(params):
+        if params.n == 1 and self.batches_calls(kwargs):
             return self._generate_in_batch(messages, params, stop)
         sample = params.temperature > 0
         with self._lock:
@@ -205,15 +206,17 @@ class LocalChatModel(BaseChatModel):
             },
         )
 
-    def batches_calls(self, params: _SamplingParams | None = None) -> bool:
-        """Whether a call (with `params`) is decoded together with the one-sample calls that arrive beside it
-        (`batching.RowBatcher`): unseeded calls for one sample without log-probabilities. The graph asks such a
-        model for one candidate per call, so each candidate lands as soon as its own row ends. A seeded model
-        is asked for `n` in one request instead: which calls share a batch depends on timing, and a seeded
-        run must not."""
-        if params is None:
-            return self.seed is None
-        return self.seed is None and params.seed is None and params.n == 1 and not params.logprobs
+    def batches_calls(self, options: Mapping[str, Any] | None = None) -> bool:
+        """Whether a one-sample call with these call `options` is decoded together with the calls that arrive
+        beside it (`batching.RowBatcher`): unseeded, sampled (temperature > 0) calls without log-probabilities.
+        The graph asks such a model for one candidate per call, so each candidate lands as soon as its own row
+        ends. Seeded and greedy calls are not batched: which calls share a batch depends on timing, and their
+        output must not (a greedy `n` request decodes once and repeats it)."""
+        try:
+            params = self._sampling_params({**(options or {}), "n": 1})
+        except (TypeError, ValueError):  # options this model refuses: the call itself will say so
+            return False
+        return self.seed is None and params.seed is None and params.temperature > 0 and not params.logprobs
 
     def _generate_in_batch(
         self, messages: list[BaseMessage], params: _SamplingParams, stop: list[str] | None
@@ -221,8 +224,8 @@ class LocalChatModel(BaseChatModel):
         stops = [s for s in stop or [] if s]
         with self._lock:  # the tokenizer and weights, loaded once; the batcher takes the lock to decode
             tokenizer, _ = self._load()
-            if self._batcher is None:
-                self._batcher = RowBatcher(self._decode_batch)
+            if self._batcher is None:  # it holds the model weakly: a model no longer used can be freed
+                self._batcher = RowBatcher(weakref.WeakMethod(self._decode_batch))
         prompt_ids = self._encode(tokenizer, messages)["input_ids"][0].tolist()
         request = RowRequest(
             prompt_ids=prompt_ids,
