@@ -110,14 +110,19 @@ def run_demo(sample_sets: Sequence[SampleSet], aggregators: Mapping[str, Runnabl
     return right
 
 
-def build_aggregators(names: Sequence[str], out: TextIO) -> dict[str, Runnable]:
-    """The chosen aggregators by label. The trained ones load from the package's shipped folder, which must
-    exist: a demo that silently skipped them would not show what it claims to."""
+def check_trained_folder(names: Sequence[str]) -> None:
+    """Raises FileNotFoundError when an aggregator in `names` needs the shipped folder and it is missing."""
     if (missing := [AGGREGATORS[n] for n in names if n != "majority"]) and not SHIPPED_SSA.is_dir():
         raise FileNotFoundError(
             f"{' and '.join(missing)} cannot run: the trained SSA folder {SHIPPED_SSA} is missing (it ships with "
             "the package); run with --aggregators majority to see majority vote alone"
         )
+
+
+def build_aggregators(names: Sequence[str], out: TextIO) -> dict[str, Runnable]:
+    """The chosen aggregators by label. The trained ones load from the package's shipped folder, which must
+    exist: a demo that silently skipped them would not show what it claims to."""
+    check_trained_folder(names)
     aggregators: dict[str, Runnable] = {}
     for name in AGGREGATORS:
         if name not in names:
@@ -154,12 +159,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"which aggregators to run, of {', '.join(AGGREGATORS)} (default: all)",
     )
     args = parser.parse_args(argv)
-    print(INTRO)
     try:
-        aggregators = build_aggregators(args.aggregators, sys.stdout)
+        check_trained_folder(args.aggregators)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    print(INTRO)
+    aggregators = build_aggregators(args.aggregators, sys.stdout)
     run_demo(load_demo_sets(), aggregators, sys.stdout)
     return 0
 

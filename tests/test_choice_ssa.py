@@ -162,7 +162,7 @@ def test_real_smollm2_returns_logprobs_in_process_and_served(smollm2_dir: Path) 
     from aggregate_graph.serve.local import create_app
     from aggregate_graph.testing import running
 
-    model = LocalChatModel(temperature=0, dtype="float32")
+    model = LocalChatModel(temperature=0)  # dtype auto, as the served one
     message = model.invoke("Reply with the letter A.", max_tokens=1, logprobs=True, top_logprobs=5)
     (first,) = message.response_metadata["logprobs"]["content"]
     assert first["token"] == message.text and len(first["top_logprobs"]) == 5
