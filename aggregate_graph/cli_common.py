@@ -166,8 +166,8 @@ def describe_failure(exc: BaseException) -> CLIError | None:
         return CLIError(one_line(str(exc)), hint=_install_hint(exc))
     if isinstance(exc, OSError) and exc.filename is not None:  # FileNotFoundError, IsADirectoryError, …
         return CLIError(f"{exc.filename}: {(exc.strerror or str(exc)).lower()}")
-    if isinstance(exc, ValueError):  # how the library refuses an option: a mistake in the command
-        return CLIError(one_line(str(exc)) or type(exc).__name__, hint="--debug shows where it was raised")
+    if isinstance(exc, ValueError | FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return CLIError(one_line(str(exc)) or type(exc).__name__)  # how options and paths are refused
     if isinstance(exc, OSError):  # the machine's (a taken address, a full disk), not the command's
         return CLIError(one_line(str(exc)) or type(exc).__name__, hint="--debug shows the traceback", status=RUNTIME)
     return None  # a TypeError, KeyError, …: a bug, whose traceback is what a report needs
