@@ -13,10 +13,11 @@ from collections.abc import Callable
 # Longer spans are prose that states no one answer; trimming them is not worth a regex's time on a megabyte line.
 MAX_PROSE_CHARS = 500
 
-# What follows the answer and is no part of it: "42, since 6*7=42", "42 because …", "42, which …", "42; …"
+# What follows the answer and is no part of it: "42, since 6*7=42", "42 because …", "42, which …", "42, but …",
+# "42; …"
 _CLAUSE = re.compile(
-    r"(?:,\s+(?:since|which|because|as|so|thus|hence|therefore|meaning|where|given|that is|i\.e)"
-    r"|\s+(?:since|which|because|so))\b.*|;(?![^=]*=).*",  # not "x = 3; y = 4": both are the answer
+    r"(?:,\s+(?:since|which|because|as|so|but|thus|hence|therefore|meaning|where|given|that is|i\.e)"
+    r"|\s+(?:since|which|because|so|but))\b.*|;(?![^=]*=).*",  # not "x = 3; y = 4": both are the answer
     re.IGNORECASE | re.DOTALL,
 )
 _ASIDE = re.compile(r"(?<!\s)\s+\([^()]*\)$")  # "42 (forty-two)"

@@ -22,6 +22,7 @@ from langchain_core.runnables import Runnable
 
 from aggregate_graph.aggregators import AggregationError, LLMAggregator, MajorityVote, source_of
 from aggregate_graph.answers import equivalent
+from aggregate_graph.cli_common import quiet_libraries
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.registry import SHIPPED_SSA, WEIGHTS_FILE, load_aggregator
 from aggregate_graph.sample_set import SampleSet
@@ -159,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"which aggregators to run, of {', '.join(AGGREGATORS)} (default: all)",
     )
     args = parser.parse_args(argv)
+    quiet_libraries()  # a demo's output is the demo: no loading bars or deprecation notices
     try:
         check_trained_folder(args.aggregators)
     except FileNotFoundError as exc:

@@ -104,6 +104,7 @@ PROSE = [
     ("answer = total_cost", "total_cost"),  # a Faithful-CoT program's variable
     ("answer = sol[1]", "sol[1]"),
     ("Final Answer: How old will Jerry be in 3 years?\nWe cannot tell.", "HowoldwillJerrybein3years?"),
+    ("The answer is indeed 100, but in a more literal way, it's a special case.", "100"),  # SmolLM2's own
     # a negation or a bound is not a vote for its number
     ("The answer is not 5.", "not5"),
     ("The answer is less than 10.", "lessthan10"),

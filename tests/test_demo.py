@@ -87,6 +87,7 @@ def test_run_demo_with_majority(bundled: list[SampleSet]):
     assert text.rstrip().splitlines()[-1] == f"summary: majority right {expected}/6 (some candidate right: 6/6)"
 
 
+@pytest.mark.usefixtures("restored_environment")  # main() quiets the libraries through os.environ
 def test_main_majority_only(capsys: pytest.CaptureFixture[str]):
     assert demo.main(["--aggregators", "majority"]) == 0
     out = capsys.readouterr().out
@@ -94,6 +95,7 @@ def test_main_majority_only(capsys: pytest.CaptureFixture[str]):
     assert out.rstrip().endswith("summary: majority right 2/6 (some candidate right: 6/6)")
 
 
+@pytest.mark.usefixtures("restored_environment")
 def test_main_names_the_missing_trained_folder(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
