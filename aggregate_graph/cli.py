@@ -152,8 +152,6 @@ def _show(sample_set: SampleSet, out: Any) -> None:
 
 
 def ask(args: argparse.Namespace) -> int:
-    if not args.debug:
-        quiet_libraries()
     policy = CandidatePolicy(timeout_s=args.timeout, max_attempts=args.attempts)
     adaptive = AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None
     aggregator = _aggregator(args)  # first: a flag that does not fit is reported before any model loads
@@ -247,8 +245,6 @@ def _serve_local(args: argparse.Namespace, key: str | None) -> int:
     for flag in ("max_model_len", "vllm", "dtype"):
         if getattr(args, flag) is not None:
             raise CLIError(f"--{flag.replace('_', '-')} applies only to --engine vllm")
-    if not args.debug:
-        quiet_libraries()
     try:
         from aggregate_graph.serve.local import serve_local
     except ImportError as exc:
@@ -470,6 +466,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     args.debug = debug_requested(getattr(args, "debug", False))
+    if not args.debug:  # one place for every command: only those that load a model import the quieted libraries
+        quiet_libraries()
     return run_command(lambda: args.run(args), debug=args.debug)
 
 

@@ -191,12 +191,14 @@ class LocalChatModel(BaseChatModel):
         if not sample:
             completions *= params.n
 
-        generations = [ChatGeneration(message=self._message(c, prompt_tokens)) for c in completions]
+        return self._result(completions, prompt_tokens)
+
+    def _result(self, completions: list[_Completion], prompt_tokens: int) -> ChatResult:
+        """The completions of one prompt, which is billed once however many there are."""
         completion_tokens = sum(c.output_tokens for c in completions)
         return ChatResult(
-            generations=generations,
+            generations=[ChatGeneration(message=self._message(c, prompt_tokens)) for c in completions],
             llm_output={
-                # One shared prompt for all n sequences, billed once.
                 "token_usage": {
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": completion_tokens,
@@ -235,18 +237,7 @@ class LocalChatModel(BaseChatModel):
         )
         generated = self._batcher.submit(request)
         completion = _complete(tokenizer, generated, _end_token_ids(self._model), stops)
-        prompt_tokens = len(prompt_ids)
-        return ChatResult(
-            generations=[ChatGeneration(message=self._message(completion, prompt_tokens))],
-            llm_output={
-                "token_usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion.output_tokens,
-                    "total_tokens": prompt_tokens + completion.output_tokens,
-                },
-                "model_name": self.model_name,
-            },
-        )
+        return self._result([completion], len(prompt_ids))
 
     def _decode_batch(self, requests: list[RowRequest]) -> None:
         with self._lock:
