@@ -266,7 +266,7 @@ def _serve_local(args: argparse.Namespace, key: str | None) -> int:
 
 def proxy(args: argparse.Namespace) -> int:
     try:
-        from aggregate_graph.openai_compat.proxy import ProxyConfig, serve_proxy
+        from aggregate_graph.serve.proxy import ProxyConfig, serve_proxy
     except ImportError as exc:
         raise CLIError(f"the proxy needs the serve extra: {exc}", hint="pip install 'aggregate-graph[serve]'") from exc
     # Keys come from the environment, never the command line, where any user of the machine can read them.

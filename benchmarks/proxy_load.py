@@ -22,7 +22,7 @@ import httpx
 import openai
 
 from aggregate_graph import sample_sets_from
-from aggregate_graph.openai_compat.proxy import ProxyConfig, create_proxy_app
+from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app
 from aggregate_graph.testing import OpenAITestServer
 from aggregate_graph.testing.threaded import running
 

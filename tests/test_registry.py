@@ -24,7 +24,7 @@ from aggregate_graph import (
 )
 from aggregate_graph.aggregators import GSRAggregator, SSAAggregator, USCAggregator
 from aggregate_graph.openai_compat import METHODS, RequestError, wrap_openai
-from aggregate_graph.openai_compat.proxy import ProxyConfig
+from aggregate_graph.serve.proxy import ProxyConfig
 from aggregate_graph.registry import AGGREGATOR_NAMES, load_aggregator, resolve_aggregator
 from tests.conftest import chat
 from tests.test_cli import run

@@ -1,5 +1,6 @@
 """The OpenAI surface: `wrap_openai` patches an `openai` client's chat completions and Responses API to answer with
-aggregations, and the proxy (`aggregate-graph proxy`) serves the same over the OpenAI HTTP API.
+aggregations. The proxy (`aggregate-graph proxy`), which serves the same over the OpenAI HTTP API, is part of the
+serving layer: `aggregate_graph.serve.proxy`.
 
     request.py, responses_request.py   a chat-completions / Responses call read as an aggregation plan (what goes
                                        to the candidates, what controls the aggregation, what is refused)
@@ -10,7 +11,7 @@ aggregations, and the proxy (`aggregate-graph proxy`) serves the same over the O
                                        sample sets as a `ChatCompletion` (or chunks) / a `Response` (or events)
     errors.py                          total failure as the upstream's `openai` exception
     wrap.py, entry_points.py           the patch points: `create`, `parse`, and what is refused
-    proxy.py, proxy_wire.py            the HTTP server; what it reads and streams on the wire
+    proxy.py, proxy_wire.py            deprecated paths of `aggregate_graph.serve.proxy` / `.proxy_wire`
 """
 
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
