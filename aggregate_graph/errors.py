@@ -2,6 +2,8 @@
 
     AggregateGraphError            anything this package raises on purpose; `.sample_set` keeps what was drawn
     ├── AggregationError           the candidates were drawn, but no answer could be decided from them
+    ├── AggregatorOptionError      an aggregator chosen by name lacks an option it needs, or got one it does not
+    │                              take (also a ValueError)
     ├── QuorumError                fewer candidates succeeded than `min_candidates`
     │   └── openai_compat.QuorumAPIError   the same through `wrap_openai` / the proxy: also an `openai.APIError`,
     │                                      with a subclass per openai class (`QuorumRateLimitError`, …)
@@ -41,6 +43,16 @@ class _DrawnError(AggregateGraphError, RuntimeError):
 
 class AggregationError(_DrawnError):
     """Aggregation could not produce an answer. `sample_set` keeps every candidate that was drawn."""
+
+
+class AggregatorOptionError(AggregateGraphError, ValueError):
+    """An aggregator built by name (`load_aggregator`, a surface's `aggregator=`) lacks an option it needs
+    (`missing`), or was given one it does not take. `aggregator` and `option` name them, so that a surface can
+    say it in its own terms (the CLI names its flag)."""
+
+    def __init__(self, message: str, aggregator: str, option: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.aggregator, self.option, self.missing = aggregator, option, missing
 
 
 class QuorumError(_DrawnError):

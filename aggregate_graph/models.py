@@ -71,3 +71,28 @@ def build_pool(
         chat_model = m if isinstance(m, RunnableBinding) else load_chat_model(m)
         pool.extend(Sampler(chat_model, p, t) for p, t in product(prompts, temps))
     return pool
+
+
+def served_model(base_url: str, model: str, api_key: str | None, max_tokens: int) -> BaseChatModel:
+    """An aggregator's model at an OpenAI-compatible server (vLLM, `serve-aggregator`): greedy, retried twice."""
+    try:
+        from langchain_openai import ChatOpenAI
+    except ImportError as exc:
+        raise ImportError(
+            "an aggregator at base_url needs langchain-openai: pip install 'aggregate-graph[openai]'"
+        ) from exc
+    return ChatOpenAI(
+        base_url=base_url, api_key=api_key or "EMPTY", model=model, temperature=0, max_tokens=max_tokens, max_retries=2
+    )
+
+
+def local_model(
+    model_path: str | None, adapter_path: str | None = None, *, max_tokens: int, dtype: str = "auto"
+) -> BaseChatModel:
+    """An aggregator's model run in-process: greedy, `max_tokens` new tokens (model_path None: SmolLM2)."""
+    from aggregate_graph.local import LocalChatModel
+
+    return LocalChatModel(
+        model_path=model_path, adapter_path=adapter_path, temperature=0, max_new_tokens=max_tokens,
+        dtype=dtype,  # type: ignore[arg-type]
+    )  # fmt: skip

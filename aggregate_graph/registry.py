@@ -1,168 +1,191 @@
-"""Aggregators by name: the one registry the CLI, `wrap_openai`, the proxy and `aggregate-train evaluate` use.
+"""Aggregators by name: the one open registry that every surface resolves a name through — `load_aggregator`,
+the graph, the node, the chat model, the middleware, `wrap_openai`, the proxy, the CLI, `aggregate-train evaluate`.
+No surface special-cases a name.
 
-`load_aggregator("ssa")` is the SSA model shipped inside this package (a LoRA adapter on the embedded
-SmolLM2-135M-Instruct, trained on real LLM samples), run in-process on the CPU, offline. Any trained aggregator
-folder (`aggregate-train export` writes one) loads with `load_trained_aggregator`: its `aggregator.json` records
-the format and the render settings it was trained with, so the runtime shows it exactly what it learned on.
+Each aggregator class declares its `name` and `from_options` (how it is built from keyword options, which it
+validates with its own messages) and registers itself with `@register`; `register("mine", factory)` adds your own,
+and installed packages add theirs through the entry-point group `aggregate_graph.aggregators`. The options the
+surfaces pass are named alike everywhere:
+
+    model       the chat model an aggregator asks
+    weights     a `WeightedVote`, or the file `WeightedVote.save` / `aggregate-train weights` wrote
+    base_url, served_model_name, api_key, max_tokens
+                a model served elsewhere (vLLM, `aggregate-graph serve-aggregator`) instead of `model`
+
+Which options an aggregator takes, and which it cannot do without, is read from its factory's signature: that is
+how the proxy knows it can offer `weighted` only when it has weights, and the CLI which flags apply.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
+import importlib
+import inspect
+import pkgutil
+import threading
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.metadata import entry_points
+from typing import Any, TypeVar, overload
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 
-from aggregate_graph.aggregators import (
-    Aggregator,
-    GSRAggregator,
-    MajorityVote,
-    SSAAggregator,
-    SSAChoiceAggregator,
-    SSAStyle,
-    USCAggregator,
-    WeightedVote,
-)
+from aggregate_graph.errors import AggregatorOptionError
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
-AGGREGATOR_NAMES = ("majority", "weighted", "ssa", "gsr", "usc")
-MODEL_AGGREGATORS: dict[str, type[Aggregator]] = {"ssa": SSAAggregator, "gsr": GSRAggregator, "usc": USCAggregator}
-# The formats a trained folder's aggregator.json may record: the model aggregators', and the choice SSA (the shipped
-# one: it picks one of the candidates' answers by letter), which is "ssa" by name.
-TRAINED_FORMATS: dict[str, type[Aggregator]] = {**MODEL_AGGREGATORS, "ssa-choice": SSAChoiceAggregator}
-AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
-SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
-"""The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
-MAX_AGGREGATOR_TOKENS = 32  # the shipped SSA answers `<answer>…</answer>`: a handful of tokens
+Factory = Callable[..., Runnable[SampleSet, Aggregation]]
+"""Builds an aggregator from keyword options (an aggregator class's `from_options`, or any function)."""
 AggregatorSpec = Runnable[SampleSet, Aggregation] | str
-"""An aggregator object, or its name in `AGGREGATOR_NAMES` (`resolve_aggregator`)."""
+"""An aggregator object, or a registered name (`resolve_aggregator`)."""
+ENTRY_POINT_GROUP = "aggregate_graph.aggregators"
+OPTIONS = {
+    "model": "the chat model it asks",
+    "weights": "a WeightedVote, or the file WeightedVote.save / `aggregate-train weights` wrote",
+    "base_url": "the server of the model it asks (an OpenAI-compatible one)",
+}
+"""What the options every surface passes alike mean (in error messages)."""
+A = TypeVar("A", bound=type)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A registered name and its factory; what options it takes and needs, from the factory's signature."""
+
+    name: str
+    factory: Factory
+
+    @cached_property
+    def _parameters(self) -> list[inspect.Parameter]:
+        return list(inspect.signature(self.factory).parameters.values())
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The options its factory names: those a surface may pass it (`takes`)."""
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return frozenset(p.name for p in self._parameters if p.kind in kinds)
+
+    @property
+    def required(self) -> frozenset[str]:
+        """The options it cannot be built without (no default in its signature)."""
+        return frozenset(p.name for p in self._parameters if p.name in self.options and p.default is p.empty)
+
+    def takes(self, option: str) -> bool:
+        return option in self.options
+
+    @property
+    def _passes_on(self) -> bool:
+        """Whether its factory also takes `**options`, which it passes on to the aggregator unchecked."""
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._parameters)
+
+    def build(self, options: Mapping[str, Any]) -> Runnable[SampleSet, Aggregation]:
+        """The aggregator from `options`; an option given as None counts as not given."""
+        given = {key: value for key, value in options.items() if value is not None}
+        for option in sorted(given):
+            if not self.takes(option) and not self._passes_on:
+                takes = ", ".join(sorted(self.options)) or "none"
+                raise AggregatorOptionError(
+                    f"aggregator {self.name!r} takes no {option}= (its options: {takes})", self.name, option
+                )
+        for option in sorted(self.required - set(given)):
+            meaning = f": {OPTIONS[option]}" if option in OPTIONS else ""
+            raise AggregatorOptionError(f"aggregator {self.name!r} needs {option}={meaning}", self.name, option,
+                                        missing=True)  # fmt: skip
+        return self.factory(**given)
+
+
+_registry: dict[str, Registration] = {}
+_discovery = threading.Lock()
+_discovered = False
+
+
+@overload
+def register(aggregator: A, factory: None = None, *, replace: bool = False) -> A: ...
+@overload
+def register(aggregator: str, factory: Factory, *, replace: bool = False) -> Factory: ...
+def register(aggregator: Any, factory: Any = None, *, replace: bool = False) -> Any:
+    """Register an aggregator: `@register` on a class (its `name`, built by its `from_options`, else by the class
+    itself), or `register("mine", factory)` with any function of keyword options. Every surface then takes the
+    name. A name taken already is an error unless `replace=True`."""
+    if isinstance(aggregator, type):
+        name, factory = getattr(aggregator, "name", None), getattr(aggregator, "from_options", aggregator)
+        if not isinstance(name, str) or not name:
+            cls_name = aggregator.__name__
+            raise ValueError(f"{cls_name} has no `name`: set the class attribute, or register(NAME, {cls_name})")
+    elif isinstance(aggregator, str) and callable(factory):
+        name = aggregator
+    else:
+        raise TypeError("register(AggregatorClass) or register(name, factory): a name and a callable")
+    if name in _registry and _registry[name].factory != factory and not replace:
+        raise ValueError(f"aggregator {name!r} is registered already; register(..., replace=True) replaces it")
+    _registry[name] = Registration(name, factory)
+    return aggregator
+
+
+def _discover() -> None:
+    """Import every shipped aggregator module (each registers its own) and the installed packages' entry points,
+    once. Names are resolved after this, so a new aggregator module needs no import added anywhere."""
+    global _discovered
+    with _discovery:
+        if _discovered:
+            return
+        from aggregate_graph import aggregators
+
+        for module in pkgutil.iter_modules(aggregators.__path__, f"{aggregators.__name__}."):
+            importlib.import_module(module.name)
+        for point in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                loaded = point.load()
+            except Exception as exc:  # one broken plugin must not take every aggregator down with it
+                warnings.warn(f"aggregator entry point {point.name!r} ({point.value}) failed to load: {exc}",
+                              stacklevel=2)  # fmt: skip
+                continue
+            if point.name not in _registry:  # a plugin module may have registered itself on import
+                register(point.name, getattr(loaded, "from_options", loaded))
+        _discovered = True
+
+
+def aggregator_names() -> tuple[str, ...]:
+    """Every registered name, sorted."""
+    _discover()
+    return tuple(sorted(_registry))
+
+
+def registration(name: str) -> Registration:
+    """The registration of `name`; an unknown name is the ValueError every surface raises, listing the names."""
+    _discover()
+    if name not in _registry:
+        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(sorted(_registry))}")
+    return _registry[name]
 
 
 def known_aggregator(name: str) -> str:
-    """`name` if it is a registered aggregator's; else the ValueError every entry point raises, listing them."""
-    if name not in AGGREGATOR_NAMES:
-        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATOR_NAMES)}")
-    return name
+    """`name` if it is registered (for validators); else `registration`'s ValueError."""
+    return registration(name).name
 
 
-def _served_model(base_url: str, model: str, api_key: str | None, max_tokens: int) -> BaseChatModel:
-    try:
-        from langchain_openai import ChatOpenAI
-    except ImportError as exc:
-        raise ImportError(
-            "an aggregator at base_url needs langchain-openai: pip install 'aggregate-graph[openai]'"
-        ) from exc
-    return ChatOpenAI(
-        base_url=base_url, api_key=api_key or "EMPTY", model=model, temperature=0, max_tokens=max_tokens, max_retries=2
-    )
+def missing_options(name: str, provided: Iterable[str]) -> list[str]:
+    """The options `name` needs beyond those a surface `provided` (a surface checks this before its first call)."""
+    return sorted(registration(name).required - set(provided))
 
 
-def local_model(
-    model_path: str | None, adapter_path: str | None = None, *, max_tokens: int, dtype: str = "auto"
-) -> BaseChatModel:
-    """An aggregator's model run in-process: greedy, `max_tokens` new tokens (model_path None: SmolLM2)."""
-    from aggregate_graph.local import LocalChatModel
-
-    return LocalChatModel(
-        model_path=model_path, adapter_path=adapter_path, temperature=0, max_new_tokens=max_tokens,
-        dtype=dtype,  # type: ignore[arg-type]
-    )  # fmt: skip
-
-
-def read_trained_record(folder: str | Path) -> dict[str, Any]:
-    """A trained aggregator folder's `aggregator.json` (format, k, style, weights file)."""
-    path = Path(folder) / AGGREGATOR_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{folder}: no {AGGREGATOR_FILE} (a folder written by `aggregate-train build/sft/export`)"
-        )
-    record = json.loads(path.read_text(encoding="utf-8"))
-    if record.get("format") not in TRAINED_FORMATS:
-        raise ValueError(f"{path}: unknown aggregator format {record.get('format')!r}")
-    return record
-
-
-def load_trained_aggregator(
-    folder: str | Path,
-    *,
-    model: BaseChatModel | Runnable | None = None,
-    base_model: str | None = None,
-    dtype: str = "auto",
-    max_tokens: int = MAX_AGGREGATOR_TOKENS,
-    weights: str | Path | WeightedVote | None = None,
-    **options: Any,
-) -> Aggregator:
-    """The aggregator a trained folder describes, rendering as it was trained. The model is `model` when given
-    (e.g. the same weights served by vLLM), else the folder's adapter on `base_model` (default: the embedded
-    SmolLM2), or the folder's own full weights, run in-process by `LocalChatModel`. `weights` replaces the
-    folder's vote weights (e.g. ones fit on your own sources' logs) in the tally the model reads."""
-    folder = Path(folder)
-    record = read_trained_record(folder)
-    if model is None:
-        is_adapter = (folder / "adapter_config.json").is_file()
-        model = local_model(base_model if is_adapter else str(folder), str(folder) if is_adapter else None,
-                            max_tokens=max_tokens, dtype=dtype)  # fmt: skip
-    if record["format"] not in ("ssa", "ssa-choice"):  # GSR / USC prompts are cut by the candidate budget alone
-        options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
-        return TRAINED_FORMATS[record["format"]](model, **options)
-    if isinstance(weights, str | Path):
-        weights = WeightedVote.load(weights)
-    elif weights is None and record.get("weights"):
-        weights = WeightedVote.load(folder / record["weights"])
-    options.setdefault("k", record.get("k", 5))
-    if record["format"] == "ssa-choice":  # its calibration, fit on validation, travels with the weights
-        options.setdefault("temperature", record.get("temperature", 1.0))
-        options.setdefault("threshold", record.get("threshold", 0.0))
-        options.setdefault("vote_weight", record.get("vote_weight", 0.0))
-    cls = TRAINED_FORMATS[record["format"]]
-    return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
-
-
-def load_aggregator(
-    name: str,
-    *,
-    model: BaseChatModel | Runnable | None = None,
-    base_url: str | None = None,
-    served_model_name: str = "aggregator",
-    api_key: str | None = None,
-    weights: str | Path | WeightedVote | None = None,
-    max_tokens: int | None = None,
-    **options: Any,
-) -> Aggregator:
-    """A ready aggregator by name.
+def load_aggregator(name: str, **options: Any) -> Runnable[SampleSet, Aggregation]:
+    """A ready aggregator by name, built by its registered factory from `options` (None values count as not given).
 
     - `majority`: plurality vote.
     - `weighted`: `WeightedVote` from `weights` (a file written by `WeightedVote.save` / `aggregate-train weights`).
-    - `ssa`: with neither `model` nor `base_url`, the shipped trained SSA on the embedded SmolLM2 (CPU,
-      offline); with `base_url`, the same shipped adapter served there (e.g. vLLM `--lora-modules`), rendered
-      with its settings; with `model`, SSA's prompt over that chat model. `weights` replaces the shipped vote
-      weights in the tally the shipped SSA reads (fit them on your own sources).
+    - `ssa`: with neither `model` nor `base_url`, the shipped trained SSA on the embedded SmolLM2 (CPU, offline);
+      with `base_url`, the same shipped adapter served there (e.g. vLLM `--lora-modules`), rendered with its
+      settings; with `model`, SSA's prompt over that chat model. `weights` replaces the shipped vote weights in
+      the tally the shipped SSA reads (fit them on your own sources).
     - `gsr`, `usc`: the prompted aggregators over `model`, or the model served at `base_url`.
+    - `medoid`, `structured_vote`, `best_of_n` (`scorer=` or `score_key=`), `recursive` (over `base=`, default
+      `gsr`, and its `model`), and every name you `register`.
 
-    Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …).
+    Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …); `aggregator_names()`
+    lists the names.
     """
-    if known_aggregator(name) == "majority":
-        return MajorityVote(**options)
-    if name == "weighted":
-        if weights is None:
-            raise ValueError("aggregator 'weighted' needs weights=: load_aggregator('weighted', weights=FILE), a "
-                             "file from WeightedVote.save or `aggregate-train weights`")  # fmt: skip
-        return weights if isinstance(weights, WeightedVote) else WeightedVote.load(weights)
-    if model is None and base_url is not None:
-        model = _served_model(base_url, served_model_name, api_key, max_tokens or (MAX_AGGREGATOR_TOKENS if name ==
-                              "ssa" else 1024))  # fmt: skip
-        if name == "ssa":
-            return load_trained_aggregator(SHIPPED_SSA, model=model, weights=weights, **options)
-    if name == "ssa" and model is None:
-        return load_trained_aggregator(
-            SHIPPED_SSA, max_tokens=max_tokens or MAX_AGGREGATOR_TOKENS, weights=weights, **options
-        )
-    if model is None:
-        raise ValueError(f"aggregator {name!r} needs a model: load_aggregator({name!r}, model=CHAT_MODEL) or "
-                         "base_url=URL (a served one)")  # fmt: skip
-    return MODEL_AGGREGATORS[name](model, **options)
+    return registration(name).build(options)
 
 
 def resolve_aggregator(
@@ -176,6 +199,26 @@ def resolve_aggregator(
     if aggregator is not None and not isinstance(aggregator, Runnable):
         raise TypeError(
             f"{role} must be an Aggregator (a Runnable over a SampleSet) or one of the names "
-            f"{', '.join(AGGREGATOR_NAMES)}; got {type(aggregator).__name__}"
+            f"{', '.join(aggregator_names())}; got {type(aggregator).__name__}"
         )
     return aggregator
+
+
+_MOVED = {  # names this module had before trained folders got their own module (removed in the next release)
+    "AGGREGATOR_FILE": "aggregate_graph.trained_folder",
+    "WEIGHTS_FILE": "aggregate_graph.trained_folder",
+    "SHIPPED_SSA": "aggregate_graph.trained_folder",
+    "MAX_AGGREGATOR_TOKENS": "aggregate_graph.trained_folder",
+    "TRAINED_FORMATS": "aggregate_graph.trained_folder",
+    "load_trained_aggregator": "aggregate_graph.trained_folder",
+    "read_trained_record": "aggregate_graph.trained_folder",
+    "local_model": "aggregate_graph.models",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"aggregate_graph.registry.{name} is deprecated: import it from {_MOVED[name]} (removed in the next "
+                  "release)", DeprecationWarning, stacklevel=2)  # fmt: skip
+    return getattr(importlib.import_module(_MOVED[name]), name)

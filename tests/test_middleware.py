@@ -17,7 +17,8 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import HumanMessage
 from pydantic import BaseModel
 
-from aggregate_graph import AggregatingChatModel, AggregationMiddleware, MajorityVote, SampleSet
+from aggregate_graph import AggregatingChatModel, AggregationMiddleware, SampleSet
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.testing import tool_calls_reply
 from tests.conftest import chat
 from tests.test_agents import counting_multiply
@@ -175,7 +176,7 @@ def test_tracing_shows_the_candidates_under_the_aggregating_call(serve):
     [
         ({"n": 0}, "n must be at least 1"),
         ({"n": 3, "min_candidates": 4}, "min_candidates must be between 1 and n=3"),
-        ({"aggregator": "median"}, "unknown aggregator 'median'; known: majority, weighted, ssa, gsr, usc"),
+        ({"aggregator": "median"}, "unknown aggregator 'median'; known: best_of_n, gsr, majority, medoid, recursive, ssa, structured_vote, usc, weighted"),
         ({"n": 10_000}, "over the cap"),
     ],
 )

@@ -15,17 +15,15 @@ from aggregate_graph import (
     AggregatingChatModel,
     AggregationMiddleware,
     Candidate,
-    MajorityVote,
     SampleSet,
-    WeightedVote,
     build_aggregate_graph,
     extract_answer,
     sample_sets_from,
 )
-from aggregate_graph.aggregators import GSRAggregator, SSAAggregator, USCAggregator
-from aggregate_graph.openai_compat import METHODS, RequestError, wrap_openai
+from aggregate_graph.aggregators import GSRAggregator, MajorityVote, SSAAggregator, USCAggregator, WeightedVote
+from aggregate_graph.openai_compat import RequestError, wrap_openai
+from aggregate_graph.registry import aggregator_names, load_aggregator, resolve_aggregator
 from aggregate_graph.serve.proxy import ProxyConfig
-from aggregate_graph.registry import AGGREGATOR_NAMES, load_aggregator, resolve_aggregator
 from tests.conftest import chat
 from tests.test_cli import run
 from tests.test_proxy import CLIENT_KEY, proxy_for
@@ -64,8 +62,11 @@ def save_weights(path: Path, reliable: Source, unreliable: Source) -> Path:
     return WeightedVote.fit(history).save(path)
 
 
-def test_the_registry_names_are_the_openai_surfaces_methods() -> None:
-    assert METHODS == AGGREGATOR_NAMES == ("majority", "weighted", "ssa", "gsr", "usc")
+KNOWN = "best_of_n, gsr, majority, medoid, recursive, ssa, structured_vote, usc, weighted"
+
+
+def test_every_shipped_aggregator_is_registered_by_its_class_name() -> None:
+    assert ", ".join(aggregator_names()) == KNOWN
 
 
 def test_majority_and_weighted_resolve_without_a_model(tmp_path: Path) -> None:
@@ -95,7 +96,7 @@ def test_model_aggregators_resolve_over_a_given_model_or_a_served_one(serve, nam
 
 
 def test_unknown_names_and_missing_inputs_are_clear_errors() -> None:
-    with pytest.raises(ValueError, match=r"unknown aggregator 'median'; known: majority, weighted, ssa, gsr, usc"):
+    with pytest.raises(ValueError, match=rf"unknown aggregator 'median'; known: {KNOWN}$"):
         load_aggregator("median")
     with pytest.raises(ValueError, match="aggregator 'weighted' needs weights="):
         load_aggregator("weighted")
@@ -155,12 +156,12 @@ def test_wrap_openai_votes_with_the_weights_file(serve, tmp_path: Path) -> None:
 
 def test_wrap_openai_refuses_weighted_without_weights(serve) -> None:
     upstream = serve(math_replies)
-    with pytest.raises(ValueError, match="aggregator='weighted' needs aggregator_weights="):
+    with pytest.raises(ValueError, match="aggregator='weighted' needs weights=, which come from aggregator_weights="):
         wrap_openai(client(upstream), aggregator="weighted")
     with pytest.raises(FileNotFoundError, match="no WeightedVote weights file"):
         wrap_openai(client(upstream), aggregator="weighted", aggregator_weights="/nonexistent/weights.json")
     wrapped = wrap_openai(client(upstream))
-    with pytest.raises(RequestError, match="method 'weighted' needs vote weights"):
+    with pytest.raises(RequestError, match="method 'weighted': aggregator 'weighted' needs weights=.* aggregator_weights="):
         wrapped.chat.completions.create(
             model="m", messages=QUESTION, extra_body={"aggregation": {"method": "weighted"}}
         )
@@ -203,7 +204,7 @@ def test_every_entry_point_that_takes_an_aggregator_takes_its_name(serve, tmp_pa
     assert isinstance(resolve_aggregator(load_aggregator("weighted", weights=weights)), WeightedVote)
     assert resolve_aggregator(None) is None
 
-    known = "unknown aggregator 'median'; known: majority, weighted, ssa, gsr, usc"
+    known = f"unknown aggregator 'median'; known: {KNOWN}"
     for make in (
         lambda: build_aggregate_graph(chat(server), aggregator="median"),
         lambda: AggregateNode(chat(server), aggregator="median"),
@@ -213,8 +214,8 @@ def test_every_entry_point_that_takes_an_aggregator_takes_its_name(serve, tmp_pa
     ):
         with pytest.raises(ValueError, match=known):
             make()
-    with pytest.raises(ValueError, match=r"needs weights=: load_aggregator\('weighted', weights=FILE\)"):
+    with pytest.raises(ValueError, match=r"aggregator 'weighted' needs weights=: a WeightedVote, or the file"):
         build_aggregate_graph(chat(server), aggregator="weighted")  # a name that needs more than its name
-    with pytest.raises(TypeError, match=r"aggregator must be an Aggregator .* or one of the names majority, weighted"):
+    with pytest.raises(TypeError, match=r"aggregator must be an Aggregator .* or one of the names best_of_n, gsr, majority"):
         build_aggregate_graph(chat(server), aggregator=42)
     assert server.calls == 2  # the graph's and the node's: nothing was drawn for a refused option

@@ -15,16 +15,14 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from aggregate_graph import MajorityVote, SampleSet, equivalent
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph import SampleSet
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.answers import equivalent
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.models import local_model
 from aggregate_graph.pools import pool_metrics
-from aggregate_graph.registry import (
-    AGGREGATOR_FILE,
-    AGGREGATOR_NAMES,
-    load_aggregator,
-    load_trained_aggregator,
-    local_model,
-)
+from aggregate_graph.registry import load_aggregator, registration
+from aggregate_graph.trained_folder import AGGREGATOR_FILE, load_trained_aggregator
 from training.data import PROBLEMS_HELP, Problems, anonymised, load_sample_sets, write_json
 
 METRICS = ("single", "maj", "pass", "aggregator", "gap")
@@ -34,7 +32,7 @@ METRICS = ("single", "maj", "pass", "aggregator", "gap")
 class EvaluateConfig:
     sample_sets: str = field(metadata={"help": "sample-set JSONL or a pool name (faithful_cot, qwen_math, …)"})
     output_dir: str = field(metadata={"help": "writes metrics.json, metrics.md and accuracy_vs_k.png"})
-    aggregator: str = field(default="majority", metadata={"help": ", ".join(AGGREGATOR_NAMES)})
+    aggregator: str = field(default="majority", metadata={"help": "a registered aggregator's name"})
     problems: Problems = field(default="all", metadata={"help": PROBLEMS_HELP})
     model_dir: str | None = field(
         default=None,
@@ -74,7 +72,8 @@ def aggregator_for(config: EvaluateConfig) -> Any:
         (f for f in (config.adapter, config.model_dir) if f is not None and (Path(f) / AGGREGATOR_FILE).is_file()),
         None,
     )
-    options: dict[str, Any] = {"k": config.k} if config.aggregator in ("ssa", "gsr", "usc") and config.k else {}
+    named = registration(config.aggregator)
+    options: dict[str, Any] = {"k": config.k} if config.k and named.takes("k") else {}
     if config.base_url is None and trained is not None:
         base = config.model_dir if config.adapter is not None else None
         return load_trained_aggregator(trained, base_model=base, dtype=config.dtype, max_tokens=config.max_tokens,
@@ -82,16 +81,11 @@ def aggregator_for(config: EvaluateConfig) -> Any:
     model: Any = None
     if config.base_url is None and config.model_dir is not None:
         model = local_model(config.model_dir, config.adapter, max_tokens=config.max_tokens, dtype=config.dtype)
-    return load_aggregator(
-        config.aggregator,
-        model=model,
-        base_url=config.base_url,
-        served_model_name=config.served_model_name,
-        api_key=config.api_key,
-        weights=config.weights,
-        max_tokens=config.max_tokens,
-        **options,
-    )
+    if named.takes("max_tokens"):
+        options["max_tokens"] = config.max_tokens
+    if config.base_url is not None:
+        options.update(base_url=config.base_url, served_model_name=config.served_model_name, api_key=config.api_key)
+    return load_aggregator(config.aggregator, model=model, weights=config.weights, **options)
 
 
 def subset(sample_set: SampleSet, k: int, rng: random.Random | None, shuffle: bool = False) -> SampleSet:

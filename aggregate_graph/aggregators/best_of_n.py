@@ -8,8 +8,10 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.answers import normalize_answer
+from aggregate_graph.errors import AggregationError, AggregatorOptionError
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 Scorer = Callable[[SampleSet, Candidate], float] | Runnable[dict[str, Any], float]
@@ -29,6 +31,7 @@ def score_from_params(key: str) -> Callable[[SampleSet, Candidate], float]:
     return score
 
 
+@register
 class BestOfN(Aggregator):
     """The successful candidate with the highest score (ties: the earliest). A Runnable scorer is invoked with
     `{"question", "text", "answer"}`; a plain function is called with `(sample_set, candidate)`."""
@@ -37,6 +40,21 @@ class BestOfN(Aggregator):
 
     def __init__(self, scorer: Scorer) -> None:
         self.scorer = scorer
+
+    @classmethod
+    def from_options(cls, scorer: Scorer | str) -> BestOfN:
+        """By name it needs its `scorer`: a function or Runnable, or the name of a reward stored in each
+        candidate's params (`score_from_params`)."""
+        if isinstance(scorer, str):
+            return cls(score_from_params(scorer))
+        if not callable(scorer) and not isinstance(scorer, Runnable):
+            raise AggregatorOptionError(
+                f"aggregator 'best_of_n': scorer= is a function, a Runnable or a params key, not "
+                f"{type(scorer).__name__}",
+                cls.name,
+                "scorer",
+            )
+        return cls(scorer)
 
     def _score(self, sample_set: SampleSet, candidate: Candidate, config: RunnableConfig | None) -> float:
         if isinstance(self.scorer, Runnable):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -160,7 +160,8 @@ class SSAChoiceAggregator(LLMAggregator):
     the trained model. A set with one distinct answer skips the model (`details["skipped"]`).
     """
 
-    name = "ssa"
+    name = "ssa"  # the shipped SSA: `load_aggregator("ssa")` loads it (`SSAAggregator.from_options`)
+    trained_format = "ssa-choice"
 
     def __init__(  # type: ignore[no-untyped-def]
         self,
@@ -190,6 +191,16 @@ class SSAChoiceAggregator(LLMAggregator):
         self.vote_weight = vote_weight
         # One letter, and the probabilities of all of them: the options the OpenAI API (and vLLM) take.
         self.invoke_kwargs = {"max_tokens": 1, "logprobs": True, "top_logprobs": top_logprobs}
+
+    @classmethod
+    def from_trained(
+        cls, model: Any, record: Mapping[str, Any], *, weights: Any = None, **options: Any
+    ) -> LLMAggregator:
+        """The trained choice SSA of `record`: its render settings, k, vote weights (unless `weights` replaces them)
+        and its calibration, fit on validation: temperature, vote weight and threshold."""
+        for key, default in (("k", 5), ("temperature", 1.0), ("threshold", 0.0), ("vote_weight", 0.0)):
+            options.setdefault(key, record.get(key, default))
+        return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
         return as_messages(render_choice_prompt(sample_set.question, shown, style=self.style, weights=self.weights))

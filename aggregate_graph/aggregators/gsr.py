@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates, shown_candidates
 from aggregate_graph.answers import boxed_answer
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 GSR_INSTRUCTION = (
@@ -30,11 +31,13 @@ def parse_gsr_output(text: str) -> str | None:
     return boxed_answer(text)
 
 
+@register
 class GSRAggregator(LLMAggregator):
     """Refines the candidates into one new solution; `rounds > 1` refines again with the previous refinement
     shown beside the candidates. Falls back to majority vote (recorded) when no `\\boxed{}` answer is found."""
 
     name = "gsr"
+    trained_format = "gsr"
 
     def __init__(self, model, rounds: int = 1, **kwargs) -> None:  # type: ignore[no-untyped-def]
         if rounds < 1:

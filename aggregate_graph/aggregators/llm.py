@@ -16,10 +16,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
-from aggregate_graph.errors import describe, is_transient
+from aggregate_graph.errors import AggregationError, AggregatorOptionError, describe, is_transient
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
@@ -92,6 +92,8 @@ class LLMAggregator(Aggregator):
 
     name = "llm"
     invoke_kwargs: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # call options (e.g. one token's logprobs)
+    trained_format: ClassVar[str | None] = None  # the `format` a trained folder's aggregator.json records for it
+    max_tokens: ClassVar[int] = 1024  # the reply budget of a served model built by name (base_url=)
 
     def __init__(
         self,
@@ -105,6 +107,57 @@ class LLMAggregator(Aggregator):
             raise ValueError(f"k must be at least 1, got {k}")
         self.model, self.k, self.max_candidate_tokens = model, k, max_candidate_tokens
         self.fallback = fallback if fallback is not None else MajorityVote()
+
+    @classmethod
+    def from_options(
+        cls,
+        model: BaseChatModel | Runnable | None = None,
+        *,
+        base_url: str | None = None,
+        served_model_name: str = "aggregator",
+        api_key: str | None = None,
+        max_tokens: int | None = None,
+        k: int | None = None,
+        **options: Any,
+    ) -> LLMAggregator:
+        """By name it needs the chat model it asks: `model`, or the one served at `base_url`. Other options go to
+        the class (`max_candidate_tokens`, `fallback`, …)."""
+        model = cls.served_or_given(model, base_url, served_model_name, api_key, max_tokens)
+        if model is None:
+            raise AggregatorOptionError(
+                f"aggregator {cls.name!r} needs a model: model=CHAT_MODEL or base_url=URL (a served one)",
+                str(cls.name),
+                "model",
+                missing=True,
+            )
+        return cls(model, **({"k": k} if k is not None else {}), **options)
+
+    @classmethod
+    def served_or_given(
+        cls, model: Any, base_url: str | None, served_model_name: str, api_key: str | None, max_tokens: int | None
+    ) -> Any:
+        """The model an aggregator built by name asks: `model`, or a client of the one served at `base_url`."""
+        if base_url is None:
+            return model
+        if model is not None:
+            raise AggregatorOptionError(
+                f"aggregator {cls.name!r} asks one model: model= or base_url=, not both", str(cls.name), "base_url"
+            )
+        from aggregate_graph.models import served_model  # models imports the samplers, which import this package
+
+        return served_model(base_url, served_model_name, api_key, max_tokens or cls.max_tokens)
+
+    @classmethod
+    def from_trained(
+        cls, model: Any, record: Mapping[str, Any], *, weights: Any = None, **options: Any
+    ) -> LLMAggregator:
+        """The aggregator a trained folder's `record` (its aggregator.json) describes, over `model`. Prompts are cut
+        by the candidate budget it was trained with."""
+        if weights is not None:
+            message = f"a trained {cls.trained_format} aggregator reads no vote weights"
+            raise AggregatorOptionError(message, str(cls.name), "weights")
+        options.setdefault("max_candidate_tokens", record.get("style", {}).get("max_candidate_tokens", 1024))
+        return cls(model, **options)
 
     @abstractmethod
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]: ...

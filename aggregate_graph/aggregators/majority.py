@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator, plurality
+from aggregate_graph.aggregators.base import Aggregator, plurality
 from aggregate_graph.answers import group_equivalent, normalize_answer
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 Weights = Mapping[str, float] | Callable[[Candidate], float]
@@ -24,6 +26,7 @@ def abstentions_of(sample_set: SampleSet) -> dict[str, str]:
     return {str(c.index): c.abstention for c in sample_set.candidates if c.ok and c.abstention is not None}
 
 
+@register
 class MajorityVote(Aggregator):
     """The answer most candidates agree on, equivalence decided by `answers.group_equivalent`.
 
@@ -35,7 +38,12 @@ class MajorityVote(Aggregator):
     string, as in JSON) to its reason.
     """
 
-    name = "majority"  # the name every selector uses (load_aggregator, wrap_openai, the CLI)
+    name = "majority"  # the name every surface selects it by (load_aggregator, wrap_openai, the CLI)
+
+    @classmethod
+    def from_options(cls) -> MajorityVote:
+        """By name it takes no options: a vote weighted by its sources is `weighted`."""
+        return cls()
 
     def __init__(self, weights: Weights | None = None) -> None:
         self.weights = weights

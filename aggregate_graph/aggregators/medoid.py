@@ -13,7 +13,9 @@ from itertools import pairwise
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator
+from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
 _WORD = re.compile(r"\w+")
@@ -30,6 +32,7 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a or b else 1.0
 
 
+@register
 class Medoid(Aggregator):
     """Picks the successful candidate with the highest total similarity to the other successful ones (ties:
     the lowest index). Its `answer` is that candidate's extracted answer, if any. Raises `AggregationError`

@@ -6,15 +6,19 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.llm import shown_candidates
 from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.errors import AggregatorOptionError
+from aggregate_graph.registry import load_aggregator, register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 
+@register
 class RecursiveAggregator(Aggregator):
     """`base` (typically a `GSRAggregator`) turns K candidates into one refined solution.
 
@@ -35,6 +39,31 @@ class RecursiveAggregator(Aggregator):
         if subset < 1 or rounds < 1 or (population is not None and population < 1):
             raise ValueError("population, subset and rounds must be at least 1")
         self.base, self.population, self.subset, self.rounds, self.seed = base, population, subset, rounds, seed
+
+    @classmethod
+    def from_options(
+        cls,
+        model: Any = None,
+        *,
+        base: Runnable[SampleSet, Aggregation] | str = "gsr",
+        population: int | None = None,
+        subset: int = 3,
+        rounds: int = 2,
+        seed: int = 0,
+        **base_options: Any,
+    ) -> RecursiveAggregator:
+        """By name: `base` is an aggregator, or a name loaded with `model` and the other options (default
+        `gsr`, which needs the model)."""
+        if isinstance(base, str):
+            base = load_aggregator(base, model=model, **base_options)
+        elif base_options:
+            raise AggregatorOptionError(
+                f"aggregator 'recursive': {', '.join(base_options)} would go to a base loaded by name, but base= "
+                "is an aggregator already",
+                cls.name,
+                next(iter(base_options)),
+            )
+        return cls(base, population=population, subset=subset, rounds=rounds, seed=seed)
 
     def _subsets(self, sample_set: SampleSet, members: list[Candidate], rng: random.Random) -> list[SampleSet]:
         size = self.population or len(members)

@@ -7,13 +7,13 @@ package imports them, so the model is trained on exactly what it is served.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import BaseMessage
 
-from aggregate_graph.aggregators.base import AggregationError
 from aggregate_graph.aggregators.llm import (
     CHARS_PER_TOKEN,
     Decision,
@@ -27,6 +27,8 @@ from aggregate_graph.aggregators.llm import (
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior, source_of
 from aggregate_graph.answers import extract_answer, last_answer_tag, stated_answer
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 SSA_INSTRUCTION = (
@@ -149,6 +151,7 @@ def parse_ssa_output(text: str) -> SSAOutput:
     return SSAOutput(answer, "parsed" if answer else "empty_answer")
 
 
+@register
 class SSAAggregator(LLMAggregator):
     """Aggregates with an SSA model (any chat model: a vLLM server via `ChatOpenAI(base_url=…)`, or local).
 
@@ -158,6 +161,8 @@ class SSAAggregator(LLMAggregator):
     """
 
     name = "ssa"
+    trained_format = "ssa"
+    max_tokens = 32  # the shipped SSA answers with a letter, older ones `<answer>…</answer>`: a handful of tokens
 
     def __init__(  # type: ignore[no-untyped-def]
         self, model, k: int = 5, *, style: SSAStyle | None = None, weights: WeightedVote | None = None, **kwargs
@@ -166,6 +171,42 @@ class SSAAggregator(LLMAggregator):
             kwargs["max_candidate_tokens"] = style.max_candidate_tokens
         super().__init__(model, k=k, **kwargs)
         self.style, self.weights = style, weights
+
+    @classmethod
+    def from_options(  # type: ignore[override]
+        cls,
+        model: Any = None,
+        *,
+        base_url: str | None = None,
+        served_model_name: str = "aggregator",
+        api_key: str | None = None,
+        max_tokens: int | None = None,
+        k: int | None = None,
+        weights: WeightedVote | str | Path | None = None,
+        **options: Any,
+    ) -> LLMAggregator:
+        """By name: with neither `model` nor `base_url`, the SSA shipped in this package, run in-process on the
+        CPU; with `base_url`, the shipped adapter served there, rendered with its settings; with `model`, SSA's
+        prompt over that chat model. `weights` replaces the vote weights in the tally the model reads."""
+        from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
+
+        if isinstance(weights, str | Path):
+            weights = WeightedVote.load(weights)
+        if k is not None:
+            options["k"] = k
+        if model is None:
+            served = cls.served_or_given(None, base_url, served_model_name, api_key, max_tokens)
+            budget = {"max_tokens": max_tokens} if max_tokens else {}
+            return load_trained_aggregator(SHIPPED_SSA, model=served, weights=weights, **budget, **options)
+        return super().from_options(model, base_url=base_url, weights=weights, **options)
+
+    @classmethod
+    def from_trained(
+        cls, model: Any, record: Mapping[str, Any], *, weights: Any = None, **options: Any
+    ) -> LLMAggregator:
+        """The trained SSA of `record`: its render settings, k and (unless `weights` replaces them) vote weights."""
+        options.setdefault("k", record.get("k", 5))
+        return cls(model, style=SSAStyle.from_dict(record["style"]), weights=weights, **options)
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
         return as_messages(

@@ -11,8 +11,10 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import AggregationError, Aggregator, plurality
+from aggregate_graph.aggregators.base import Aggregator, plurality
 from aggregate_graph.aggregators.tool_calls import canonical_json
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n\s*```$", re.DOTALL | re.IGNORECASE)
@@ -32,6 +34,7 @@ def parse_json_content(text: str) -> Any:
         return _NOT_JSON
 
 
+@register
 class StructuredVote(Aggregator):
     """The JSON value most candidates returned, by exact equality of the parsed values. A tie goes to the value
     whose first candidate has the lowest index (as in `MajorityVote`). The aggregation's `text` is that first

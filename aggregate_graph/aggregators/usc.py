@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 
 from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 USC_INSTRUCTION = (
@@ -29,10 +30,12 @@ def parse_usc_choice(text: str, count: int) -> int | None:
     return choices[-1] if choices and 1 <= choices[-1] <= count else None
 
 
+@register
 class USCAggregator(LLMAggregator):
     """Any chat model chooses among the candidates; the chosen candidate's text and answer are the result."""
 
     name = "usc"
+    trained_format = "usc"
 
     def render(self, sample_set: SampleSet, shown: list[Candidate]) -> list[BaseMessage]:
         return as_messages(render_usc_prompt(sample_set.question, [c.text for c in shown], self.max_candidate_tokens))

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.answers import equivalent, group_equivalent
+from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 FORMAT_VERSION = 1
@@ -79,6 +80,7 @@ def _accuracies(ballots: list[_Ballot], credit: list[list[float]]) -> dict[str, 
     return {s: ((right[s] + a) / (seen[s] + a + b), seen[s]) for s in seen}
 
 
+@register
 class WeightedVote(MajorityVote):
     """Majority vote with per-source weights learned from sample sets (`fit`), saved as a small JSON file.
 
@@ -87,6 +89,11 @@ class WeightedVote(MajorityVote):
     """
 
     name = "weighted"
+
+    @classmethod
+    def from_options(cls, weights: str | Path | WeightedVote) -> WeightedVote:  # type: ignore[override]
+        """By name it needs its `weights`: a loaded vote, taken as it is, or the file `save` wrote."""
+        return weights if isinstance(weights, WeightedVote) else cls.load(weights)
 
     def __init__(
         self,

@@ -17,7 +17,7 @@ from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
-from aggregate_graph.errors import QuorumError
+from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.chat_output import (
     STREAM_MODES,
@@ -39,7 +39,7 @@ from aggregate_graph.openai_compat.request import Plan, RequestError, plan_reque
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request
-from aggregate_graph.registry import MODEL_AGGREGATORS, known_aggregator, load_aggregator
+from aggregate_graph.registry import missing_options, registration
 from aggregate_graph.sample_set import Aggregation, SampleSet
 from aggregate_graph.samplers import CandidatePolicy
 
@@ -48,6 +48,8 @@ ENGINE_ATTRIBUTE = "_aggregate_graph_engine"  # the wrapped `chat.completions` k
 _PER_CALL = ("extra_headers", "extra_query", "timeout", "user")
 _RAW_RESPONSE_HEADER = "x-stainless-raw-response"  # what the SDK's with_raw_response sends
 _NO_TIMEOUT_S = 7 * 24 * 3600.0  # a client without a timeout: the graph does not add one
+# Where a wrapper's or proxy's aggregator options come from, for the error naming one it lacks.
+_GIVEN_BY = {"weights": "come from aggregator_weights= (wrap_openai) or --aggregator-weights (the proxy)"}
 _GRAPHS_KEPT = 64  # compiled graphs kept per wrapped client, one per shape of call (n, method, quorum, bound)
 
 
@@ -151,34 +153,35 @@ class ClientAggregator:
         self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
         self._lock = threading.Lock()
         self.graphs_built = 0
-        if isinstance(aggregator, str):
-            known_aggregator(aggregator)
-        if aggregator == "weighted" and weights is None:
-            raise ValueError(
-                "aggregator='weighted' needs aggregator_weights=: a file from WeightedVote.save or `aggregate-train "
-                "weights`"
-            )
+        if isinstance(aggregator, str) and (missing := missing_options(aggregator, self.provided)):
+            source = _GIVEN_BY.get(missing[0], "neither wrap_openai nor the proxy can give: choose another")
+            raise ValueError(f"aggregator={aggregator!r} needs {missing[0]}=, which {source}")
+
+    @property
+    def provided(self) -> set[str]:
+        """The options this engine gives an aggregator it builds by name: the model it asks (the request's, or
+        `aggregator_model`, through the aggregator client), and the vote weights when it has them."""
+        return {"model", "weights"} if self.weights is not None else {"model"}
 
     def _aggregator_for(self, method: str, model: str, api: str) -> Runnable[SampleSet, Aggregation]:
-        if method not in MODEL_AGGREGATORS:  # majority, weighted: votes, no model to ask
-            if method == "weighted" and self.weights is None:
-                raise RequestError(
-                    "method 'weighted' needs vote weights, and none were given to wrap_openai (aggregator_weights=) "
-                    "or the proxy (--aggregator-weights)",
-                    param="method",
-                )
-            return load_aggregator(method, weights=self.weights)
-        # The upstream is asked through the call's own API (a Responses-only upstream has no other); a separate
-        # aggregator server (vLLM, `serve-aggregator`) through chat completions, which every such server serves.
-        api = api if self.aggregator_client is self.client else "chat"
-        chat_model = _MODELS[api](
-            create=self.aggregator_client.create(api),
-            is_async=self.aggregator_client.is_async,
-            model=self.aggregator_model or model,
-            call_key="aggregator",
-            cache=False,
-        )
-        return load_aggregator(method, model=chat_model)
+        named = registration(method)
+        options: dict[str, Any] = {"weights": self.weights} if named.takes("weights") else {}
+        if named.takes("model"):
+            # The upstream is asked through the call's own API (a Responses-only upstream has no other); a separate
+            # aggregator server (vLLM, `serve-aggregator`) through chat completions, which every such server serves.
+            api = api if self.aggregator_client is self.client else "chat"
+            options["model"] = _MODELS[api](
+                create=self.aggregator_client.create(api),
+                is_async=self.aggregator_client.is_async,
+                model=self.aggregator_model or model,
+                call_key="aggregator",
+                cache=False,
+            )
+        try:
+            return named.build(options)
+        except AggregatorOptionError as exc:
+            where = f", which {_GIVEN_BY[exc.option]}" if exc.missing and exc.option in _GIVEN_BY else ""
+            raise RequestError(f"method {method!r}: {exc}{where}", param="method") from exc
 
     def _aggregator_call(self, plan: Plan) -> CallSettings:
         # Through the same client, the call's own transport options (a gateway's headers, its timeout) apply

@@ -13,10 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.openai_compat.errors import http
-from aggregate_graph.registry import AGGREGATOR_NAMES
+from aggregate_graph.registry import aggregator_names
 
 OPTIONS_KEY = "aggregation"
-METHODS = AGGREGATOR_NAMES  # a request's method is any registry name: one list for every surface
 
 # Options whose result cannot be aggregated from candidates' answers: the candidates' token log-probabilities,
 # audio or a predicted output are not what the aggregated answer is made of. (Tool calls and structured output
@@ -50,7 +49,7 @@ class AggregationOptions(BaseModel):
 
     enabled: bool = Field(default=True, description="false: the request goes to the model as it is")
     n: int | None = Field(default=None, ge=1, description="candidates to draw (default: the wrapper's n)")
-    method: str | None = Field(default=None, description=f"one of {', '.join(METHODS)}")
+    method: str | None = Field(default=None, description="a registered aggregator's name (`aggregator_names()`)")
     min_candidates: int | None = Field(default=None, ge=1, description="fewer successful candidates is an error")
 
 
@@ -115,7 +114,7 @@ def method_prefix(model: str) -> tuple[str | None, str]:
     """`ssa/gpt-4o-mini` → ("ssa", "gpt-4o-mini"). Only known method names count: served model names such as
     `meta-llama/Llama-3.1-8B` contain slashes too."""
     head, sep, rest = model.partition("/")
-    return (head, rest) if sep and head in METHODS and rest else (None, model)
+    return (head, rest) if sep and head in aggregator_names() and rest else (None, model)
 
 
 def content_text(content: Any) -> str:
@@ -154,8 +153,8 @@ def as_dict(message: Any) -> Any:
 
 
 def check_method(method: str | None) -> str | None:
-    if method is not None and method not in METHODS:
-        raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(METHODS)}", param="method")
+    if method is not None and method not in (names := aggregator_names()):
+        raise RequestError(f"unknown aggregation method {method!r}; use one of {', '.join(names)}", param="method")
     return method
 
 
