@@ -14,7 +14,7 @@ import time
 
 from langchain_openai import ChatOpenAI
 
-from aggregate_graph import SSAAggregator
+from aggregate_graph.aggregators import SSAAggregator
 from aggregate_graph.local import smollm2_path
 from aggregate_graph.pools import load_qwen_math
 from aggregate_graph.serve.local import create_app

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from aggregate_graph import MajorityVote, SampleSet, answers
+from aggregate_graph import SampleSet, answers
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.pools import load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
 
 

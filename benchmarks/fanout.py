@@ -32,7 +32,8 @@ from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI
 
-from aggregate_graph import CandidatePolicy, MajorityVote, SampleSet, build_aggregate_graph, wrap_openai
+from aggregate_graph import CandidatePolicy, SampleSet, build_aggregate_graph, wrap_openai
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.answers import _parsed, _value_key, _verify_with_timeout
 from aggregate_graph.pools import load_qwen_math
 from aggregate_graph.sample_set import Candidate

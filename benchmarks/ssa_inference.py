@@ -25,7 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from aggregate_graph import MajorityVote, SampleSet, equivalent
+from aggregate_graph import SampleSet
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.answers import equivalent
 from aggregate_graph.registry import SHIPPED_SSA, load_trained_aggregator
 from training.build import split_problems
 from training.data import anonymised, load_sample_sets, problem_key

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
-from aggregate_graph import MajorityVote, SampleSet, build_aggregate_graph, equivalent
+from aggregate_graph import SampleSet, build_aggregate_graph
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.answers import equivalent
 from aggregate_graph.registry import load_aggregator
 from aggregate_graph.testing import OpenAITestServer
 

@@ -4,15 +4,8 @@ text, gets `answer=None` and the reason in `abstention`, and every aggregator se
 import pytest
 from langchain_core.messages import HumanMessage
 
-from aggregate_graph import (
-    AggregationError,
-    Candidate,
-    CandidatePolicy,
-    MajorityVote,
-    SampleSet,
-    WeightedVote,
-    build_aggregate_graph,
-)
+from aggregate_graph import AggregationError, Candidate, CandidatePolicy, SampleSet, build_aggregate_graph
+from aggregate_graph.aggregators import MajorityVote, WeightedVote
 from aggregate_graph.aggregators.ssa import SSAStyle, render_ssa_prompt
 from aggregate_graph.answers import ABSTENTIONS, abstention, extract_answer, screen_answer, stated_answer
 from tests.conftest import chat

@@ -6,17 +6,17 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableLambda
 
-from aggregate_graph import (
+from aggregate_graph import Candidate, SampleSet, build_aggregate_graph
+from aggregate_graph.aggregators import (
     BestOfN,
-    Candidate,
     GSRAggregator,
     RecursiveAggregator,
-    SampleSet,
     SSAAggregator,
     USCAggregator,
-    build_aggregate_graph,
+    parse_ssa_output,
+    render_ssa_prompt,
+    score_from_params,
 )
-from aggregate_graph.aggregators import parse_ssa_output, render_ssa_prompt, score_from_params
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}

@@ -14,7 +14,8 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from aggregate_graph import Candidate, SampleSet, SSAStyle, WeightedVote
+from aggregate_graph import Candidate, SampleSet
+from aggregate_graph.aggregators import SSAStyle, WeightedVote
 from aggregate_graph.aggregators.choice import (
     SSAChoiceAggregator,
     choice_distribution,

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregate_graph import MajorityVote, SampleSet, demo, equivalent
-from aggregate_graph.aggregators import source_of
+from aggregate_graph import SampleSet, demo
+from aggregate_graph.aggregators import MajorityVote, source_of
+from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import FAITHFUL_COT_CONFIGS, is_reserved, load_faithful_cot, reserved_questions
 from training.build import split_problems
 from training.data import problem_key

@@ -10,7 +10,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
-from aggregate_graph import SSAAggregator, build_aggregate_graph
+from aggregate_graph import build_aggregate_graph
+from aggregate_graph.aggregators import SSAAggregator
 from aggregate_graph.serve.local import create_app
 from aggregate_graph.testing import running
 from tests.conftest import chat

@@ -18,15 +18,13 @@ from aggregate_graph import (
     AdaptiveSampling,
     AggregationError,
     CandidatePolicy,
-    MajorityVote,
     QuorumError,
     SampleSet,
     build_aggregate_graph,
     checkpoint_serde,
-    export_sample_sets,
-    read_sample_sets,
 )
-from aggregate_graph.log import iter_logged
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.log import export_sample_sets, iter_logged, read_sample_sets
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}

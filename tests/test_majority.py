@@ -2,7 +2,8 @@
 
 import pytest
 
-from aggregate_graph import AggregationError, Candidate, MajorityVote, SampleSet
+from aggregate_graph import AggregationError, Candidate, SampleSet
+from aggregate_graph.aggregators import MajorityVote
 
 
 def sample_set(answers, models=None):

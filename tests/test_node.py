@@ -9,7 +9,8 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.store.memory import InMemoryStore
 
-from aggregate_graph import AggregateNode, AggregatingChatModel, CandidatePolicy, MajorityVote, SampleSet
+from aggregate_graph import AggregateNode, AggregatingChatModel, CandidatePolicy, SampleSet
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.log import iter_logged
 from tests.conftest import chat
 

@@ -7,8 +7,9 @@ agrees to within two problems (0.15 points), and each disagreement is pinned bel
 
 import pytest
 
-from aggregate_graph import BestOfN, MajorityVote, SampleSet, equivalent
-from aggregate_graph.aggregators import score_from_params
+from aggregate_graph import SampleSet
+from aggregate_graph.aggregators import BestOfN, MajorityVote, score_from_params
+from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import (
     FAITHFUL_COT_CONFIGS,
     FAITHFUL_COT_LMS,

@@ -1,8 +1,9 @@
 import pytest
 from pydantic import ValidationError
 
-from aggregate_graph import Aggregation, Candidate, SampleSet, Usage, read_sample_sets
-from aggregate_graph.log import read_jsonl
+from aggregate_graph import Aggregation, Candidate, SampleSet
+from aggregate_graph.log import read_jsonl, read_sample_sets
+from aggregate_graph.sample_set import Usage
 
 
 def test_json_round_trip_keeps_everything():

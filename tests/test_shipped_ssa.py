@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregate_graph import SSAStyle, WeightedVote, equivalent
-from aggregate_graph.aggregators import SSAChoiceAggregator
+from aggregate_graph.aggregators import SSAChoiceAggregator, SSAStyle, WeightedVote
+from aggregate_graph.answers import equivalent
 from aggregate_graph.demo import load_demo_sets
 from aggregate_graph.demo import main as demo_main
 from aggregate_graph.registry import SHIPPED_SSA, load_aggregator, load_trained_aggregator

@@ -21,9 +21,11 @@ import torch
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 
-from aggregate_graph import SSAAggregator, build_aggregate_graph, read_sample_sets
+from aggregate_graph import build_aggregate_graph
+from aggregate_graph.aggregators import SSAAggregator
 from aggregate_graph.aggregators.ssa import parse_ssa_output
 from aggregate_graph.local import LocalChatModel
+from aggregate_graph.log import read_sample_sets
 from tests.conftest import chat
 from tests.training_fixtures import build_tiny_qwen2, corpus, toy_sample_sets
 from training.cli import main

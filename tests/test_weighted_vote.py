@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aggregate_graph import Candidate, MajorityVote, SampleSet, WeightedVote, equivalent, load_faithful_cot
-from aggregate_graph.aggregators import source_of
-from aggregate_graph.pools import is_reserved, reserved_questions
+from aggregate_graph import Candidate, SampleSet
+from aggregate_graph.aggregators import MajorityVote, WeightedVote, source_of
+from aggregate_graph.answers import equivalent
+from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
 from training.cli import main as train_cli
 from training.report import ReportConfig, report
 

@@ -10,8 +10,8 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import QuorumError, read_sample_sets, sample_sets_from, wrap_openai
-from aggregate_graph.log import export_sample_sets
+from aggregate_graph import QuorumError, sample_sets_from, wrap_openai
+from aggregate_graph.log import export_sample_sets, read_sample_sets
 from aggregate_graph.openai_compat import RequestError
 
 QUESTION = [{"role": "user", "content": "What is 6 times 7?"}]

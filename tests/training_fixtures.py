@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aggregate_graph import Candidate, SampleSet, SSAStyle
+from aggregate_graph import Candidate, SampleSet
+from aggregate_graph.aggregators import SSAStyle
 from aggregate_graph.aggregators.choice import LETTERS, render_choice_prompt
 from aggregate_graph.aggregators.gsr import render_gsr_prompt
 from aggregate_graph.aggregators.ssa import render_ssa_prompt

@@ -16,10 +16,11 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
-from aggregate_graph import Candidate, MajorityVote, SampleSet, SSAStyle, WeightedVote, equivalent
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph import Candidate, SampleSet
+from aggregate_graph.aggregators import MajorityVote, SSAStyle, WeightedVote
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
-from aggregate_graph.answers import group_equivalent
+from aggregate_graph.answers import equivalent, group_equivalent
+from aggregate_graph.errors import AggregationError
 from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
 from training.data import (
     PROBLEMS_HELP,
@@ -276,7 +277,7 @@ def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int,
 
 def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
     if config.teacher_base_url is None:
-        from aggregate_graph import load_chat_model
+        from aggregate_graph.models import load_chat_model
 
         return load_chat_model(config.teacher_model)
     from langchain_openai import ChatOpenAI

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from aggregate_graph import SampleSet, equivalent, read_sample_sets
-from aggregate_graph.aggregators import AggregationError
+from aggregate_graph import SampleSet
 from aggregate_graph.aggregators.choice import choice_distribution
+from aggregate_graph.answers import equivalent
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.log import read_sample_sets
 from aggregate_graph.pools import is_reserved, reserved_questions
 from aggregate_graph.registry import AGGREGATOR_FILE, load_trained_aggregator
 from training.data import anonymised, write_json

@@ -4,7 +4,7 @@ Generating: every question of a benchmark (`gsm8k`, `math500`, … or any JSONL 
 through the runtime's prebuilt graph with majority vote, so candidate drawing, retries, timeouts and answer
 extraction are the ones served in production. The policy is any model spec (`local`, `openai:…`) or, with
 `base_url`, a served model (a vLLM server). Importing: a real pool (`faithful_cot`, …) or a sample-set JSONL such as
-the runtime's log (`aggregate_graph.export_sample_sets`: the data flywheel) is appended as it is.
+the runtime's log (`aggregate_graph.log.export_sample_sets`: the data flywheel) is appended as it is.
 A rerun skips the sample sets already in the output, so an interrupted collection resumes.
 """
 
@@ -17,9 +17,11 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 from tqdm.auto import tqdm
 
-from aggregate_graph import CandidatePolicy, MajorityVote, SampleSet, build_aggregate_graph, load_benchmark
+from aggregate_graph import CandidatePolicy, SampleSet, build_aggregate_graph
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.log import read_jsonl
+from aggregate_graph.pools import load_benchmark
 from training.data import POOLS, load_sample_sets
 
 
@@ -73,7 +75,7 @@ def policy_model(config: CollectConfig) -> Any:
             timeout=config.timeout,
             max_retries=0,  # the graph's CandidatePolicy retries
         )
-    from aggregate_graph import load_chat_model
+    from aggregate_graph.models import load_chat_model
 
     if config.model.split(":", 1)[0] in ("local", "smollm2"):
         return load_chat_model(config.model, max_new_tokens=config.max_tokens, seed=config.seed)

@@ -7,8 +7,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from aggregate_graph import SampleSet, load_faithful_cot, load_gpt3_solutions, load_qwen_math, read_sample_sets
-from aggregate_graph.pools import is_reserved, question_key, reserved_questions
+from aggregate_graph import SampleSet
+from aggregate_graph.log import read_sample_sets
+from aggregate_graph.pools import (
+    is_reserved,
+    load_faithful_cot,
+    load_gpt3_solutions,
+    load_qwen_math,
+    question_key,
+    reserved_questions,
+)
 
 Problems = Literal["all", "unreserved", "reserved"]
 PROBLEMS_HELP = (

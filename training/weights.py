@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aggregate_graph import WeightedVote
+from aggregate_graph.aggregators import WeightedVote
 from training.data import PROBLEMS_HELP, Problems, load_sample_sets
 
 
