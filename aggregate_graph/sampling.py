@@ -10,18 +10,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_configs
 from langgraph.constants import TAG_NOSTREAM
-from tenacity import (
-    AsyncRetrying,
-    Retrying,
-)
+from tenacity import AsyncRetrying, Retrying
 
 from aggregate_graph.answers import stated_answer
 from aggregate_graph.errors import describe, error_body, error_kind
@@ -32,6 +29,7 @@ from aggregate_graph.sample_set import Candidate
 from aggregate_graph.samplers import CandidatePolicy, Sampler
 
 OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
+T = TypeVar("T")
 
 
 def _deadline_passed(policy: CandidatePolicy) -> TimeoutError:
@@ -133,67 +131,131 @@ def replies_directly(sampler: Sampler, config: RunnableConfig | None) -> bool:
     return not sampler.model.observed(kwargs.pop("callbacks"), kwargs)
 
 
-def _request(
-    sampler: Sampler,
-    messages: list[BaseMessage],
-    k: int,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None,
-    direct: bool,
-) -> Reply:
-    def call() -> Reply:
-        if direct:
-            return cast(RepliesDirectly, sampler.model).reply(messages, **_request_kwargs(sampler, k))
-        return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
+class _Attempt(NamedTuple):
+    """One attempt at the draw's request, under the policy's timeout."""
 
-    def attempt() -> Reply:
-        return with_timeout(call, policy.timeout_s)
 
+class _Wait(NamedTuple):
+    """The pause before a request's retries."""
+
+    seconds: float
+
+
+class _Retried(NamedTuple):
+    """The request's attempts after the first, under tenacity's retrying with `policy`."""
+
+    policy: CandidatePolicy
+
+
+class _Subdraw(NamedTuple):
+    """Candidates of `draw` under `policy`: one request for them all (`draw_candidates`) or one each
+    (`draw_singles`)."""
+
+    draw: Draw
+    policy: CandidatePolicy
+    singles: bool
+
+
+_Step = _Attempt | _Wait | _Retried | _Subdraw
+# A draw's course, the same blocking and async: it yields each step for a driver to take (`draw_candidates` and
+# `adraw_candidates` each take them their way) and is sent the step's outcome, or thrown the error it raised.
+_Plan = Generator[_Step, Any, T]
+
+
+class _Outcome(NamedTuple):
+    """What a step came to: its value, or the error it raised."""
+
+    value: Any = None
+    error: Exception | None = None
+
+
+class _Done(NamedTuple, Generic[T]):
+    """What a plan returned."""
+
+    value: T
+
+
+def _resume(plan: _Plan[T], outcome: _Outcome) -> _Step | _Done[T]:
+    """The plan's next step once told `outcome` (an error is raised where the plan yielded the step), or what it
+    returned."""
+    try:
+        return plan.send(outcome.value) if outcome.error is None else plan.throw(outcome.error)
+    except StopIteration as finished:
+        return _Done(finished.value)
+
+
+def _capture(take: Callable[[_Step], Any], step: _Step) -> _Outcome:
+    try:
+        return _Outcome(take(step))
+    except Exception as exc:  # the plan decides what a failure means
+        return _Outcome(error=exc)
+
+
+async def _acapture(take: Callable[[_Step], Awaitable[Any]], step: _Step) -> _Outcome:
+    try:
+        return _Outcome(await take(step))
+    except Exception as exc:
+        return _Outcome(error=exc)
+
+
+def _attempts(policy: CandidatePolicy, k: int) -> _Plan[Reply]:
+    """A request's attempts: one (`one_attempt`), or a first without tenacity and, after a transient failure, the
+    rest under it (`retry_after`)."""
     if one_attempt(policy, k):
-        return attempt()
+        return (yield _Attempt())
     started = time.perf_counter()
     try:
-        return attempt()
+        return (yield _Attempt())
     except Exception as exc:
         if (retry := retry_after(policy, exc, started)) is None:
             raise
-        time.sleep(retry.wait_s)
-    return retrying(retry.rest(started), Retrying)(attempt)
+        yield _Wait(retry.wait_s)
+    return (yield _Retried(retry.rest(started)))
 
 
-async def _arequest(
-    sampler: Sampler,
-    messages: list[BaseMessage],
-    k: int,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None,
-    direct: bool,
-) -> Reply:
-    async def call() -> Reply:
-        if direct:
-            return await cast(RepliesDirectly, sampler.model).areply(messages, **_request_kwargs(sampler, k))
-        return reply_of(await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config)))
-
-    async def attempt() -> Reply:
-        timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
-        try:
-            async with timeout:
-                return await call()
-        except TimeoutError:
-            if not timeout.expired():  # the model's own
-                raise
-            raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
-
-    if one_attempt(policy, k):
-        return await attempt()
+def _plan(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> _Plan[list[Candidate]]:
+    """`draw_candidates`' course: the request, what its reply or failure leaves to ask for, and the bookkeeping."""
+    k = len(draw.indices)
+    if k > 1 and not sampler.supports_n(policy):
+        return (yield _Subdraw(draw, policy, singles=True))
     started = time.perf_counter()
     try:
-        return await attempt()
+        reply = yield from _attempts(policy, k)
     except Exception as exc:
-        if (retry := retry_after(policy, exc, started)) is None:
-            raise
-        await asyncio.sleep(retry.wait_s)
-    return await retrying(retry.rest(started), AsyncRetrying)(attempt)
+        if k > 1:
+            return (yield from _after_failed_n(draw, sampler, policy, exc, started))
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
+    if k > 1:
+        learn(sampler.endpoint, "ignored" if missing else "honoured")
+    if missing:  # a server that ignored `n`: the rest one by one, within the deadline
+        if (left := remaining(policy, started)) is None:
+            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
+        done += yield _Subdraw(_subdraw(draw, missing), left, singles=True)
+    return done
+
+
+def _after_failed_n(
+    draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float
+) -> _Plan[list[Candidate]]:
+    """What follows a failed `n` request (`after_failed_n`): give up, ask for all one by one, or probe with one
+    sample whose answer (`n_was_refused`, remembered) decides what happens to the rest."""
+    action, left = after_failed_n(exc), remaining(policy, started)
+    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
+        return _failed(draw, sampler, exc, time.perf_counter() - started)
+    if action == "singles":
+        return (yield _Subdraw(draw, left, singles=True))
+    probe = yield _Subdraw(_subdraw(draw, draw.indices[:1]), left, singles=False)
+    rest, verdict = _subdraw(draw, draw.indices[1:]), n_was_refused(probe[0], exc)
+    if verdict is True:
+        learn(sampler.endpoint, "refused")
+    if verdict is False or (left := remaining(policy, started)) is None:
+        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
+    return probe + (yield _Subdraw(rest, left, singles=True))
+
+
+def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
+    return Draw(draw.sampler_index, indices, draw.messages, draw.wave)
 
 
 def draw_candidates(
@@ -212,78 +274,31 @@ def draw_candidates(
     LangChain's path (`replies_directly`, decided here when None)."""
     direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
-    if k > 1 and not sampler.supports_n(policy):
-        return draw_singles(draw, sampler, policy, config, direct=direct)
-    started = time.perf_counter()
-    try:
-        reply = _request(sampler, messages, k, policy, config, direct)
-    except Exception as exc:
-        if k > 1:
-            return _after_failed_n_sync(draw, sampler, policy, config, exc, started, direct)
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
-    if k > 1:
-        learn(sampler.endpoint, "ignored" if missing else "honoured")
-    if missing:  # a server that ignored `n`: the rest one by one, within the deadline
-        if (left := remaining(policy, started)) is None:
-            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += draw_singles(_subdraw(draw, missing), sampler, left, config, direct=direct)
-    return done
 
+    def call() -> Reply:
+        if direct:
+            return cast(RepliesDirectly, sampler.model).reply(messages, **_request_kwargs(sampler, k))
+        return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
 
-def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
-    return Draw(draw.sampler_index, indices, draw.messages, draw.wave)
+    def attempt() -> Reply:
+        return with_timeout(call, policy.timeout_s)
 
+    def take(step: _Step) -> Any:
+        match step:
+            case _Attempt():
+                return attempt()
+            case _Wait(seconds):
+                return time.sleep(seconds)
+            case _Retried(rest):
+                return retrying(rest, Retrying)(attempt)
+            case _Subdraw(sub, left, singles):
+                return (draw_singles if singles else draw_candidates)(sub, sampler, left, config, direct=direct)
 
-class _NextStep(NamedTuple):
-    """After a failed `n` request, or its probe: the candidates settled so far, and the draw still to be asked
-    for one by one (None: nothing) under `policy`; with `probe`, that draw is one sample whose answer decides
-    what happens to the rest (`_after_probe`)."""
-
-    done: list[Candidate]
-    singles: Draw | None
-    policy: CandidatePolicy | None = None
-    probe: bool = False
-
-
-def _first_step(draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float) -> _NextStep:
-    """What follows a failed `n` request (`after_failed_n`): give up, ask for all one by one, or probe."""
-    action, left = after_failed_n(exc), remaining(policy, started)
-    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
-        return _NextStep(_failed(draw, sampler, exc, time.perf_counter() - started), None)
-    if action == "singles":
-        return _NextStep([], draw, left)
-    return _NextStep([], _subdraw(draw, draw.indices[:1]), left, probe=True)
-
-
-def _after_probe(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float, probe: list[Candidate]
-) -> _NextStep:
-    """What the probe's answer means for the rest of the draw (`n_was_refused`), and remembers it."""
-    rest, verdict = _subdraw(draw, draw.indices[1:]), n_was_refused(probe[0], exc)
-    if verdict is True:
-        learn(sampler.endpoint, "refused")
-    if verdict is False or (left := remaining(policy, started)) is None:
-        return _NextStep(probe + _failed(rest, sampler, exc, time.perf_counter() - started), None)
-    return _NextStep(probe, rest, left)
-
-
-def _after_failed_n_sync(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None,
-    exc: Exception,
-    started: float,
-    direct: bool,
-) -> list[Candidate]:
-    step = _first_step(draw, sampler, policy, exc, started)
-    if step.probe:
-        probe = draw_candidates(step.singles, sampler, step.policy, config, direct=direct)
-        step = _after_probe(draw, sampler, policy, exc, started, probe)
-    if step.singles is None:
-        return step.done
-    return step.done + draw_singles(step.singles, sampler, step.policy, config, direct=direct)
+    plan = _plan(draw, sampler, policy)
+    step = _resume(plan, _Outcome())
+    while not isinstance(step, _Done):
+        step = _resume(plan, _capture(take, step))
+    return step.value
 
 
 def draw_singles(
@@ -322,41 +337,39 @@ async def adraw_candidates(
     """Async `draw_candidates`."""
     direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
-    if k > 1 and not sampler.supports_n(policy):
-        return await adraw_singles(draw, sampler, policy, config, direct=direct)
-    started = time.perf_counter()
-    try:
-        reply = await _arequest(sampler, messages, k, policy, config, direct)
-    except Exception as exc:
-        if k > 1:
-            return await _after_failed_n_async(draw, sampler, policy, config, exc, started, direct)
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
-    if k > 1:
-        learn(sampler.endpoint, "ignored" if missing else "honoured")
-    if missing:
-        if (left := remaining(policy, started)) is None:
-            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += await adraw_singles(_subdraw(draw, missing), sampler, left, config, direct=direct)
-    return done
 
+    async def call() -> Reply:
+        if direct:
+            return await cast(RepliesDirectly, sampler.model).areply(messages, **_request_kwargs(sampler, k))
+        return reply_of(await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config)))
 
-async def _after_failed_n_async(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None,
-    exc: Exception,
-    started: float,
-    direct: bool,
-) -> list[Candidate]:
-    step = _first_step(draw, sampler, policy, exc, started)
-    if step.probe:
-        probe = await adraw_candidates(step.singles, sampler, step.policy, config, direct=direct)
-        step = _after_probe(draw, sampler, policy, exc, started, probe)
-    if step.singles is None:
-        return step.done
-    return step.done + await adraw_singles(step.singles, sampler, step.policy, config, direct=direct)
+    async def attempt() -> Reply:
+        timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
+        try:
+            async with timeout:
+                return await call()
+        except TimeoutError:
+            if not timeout.expired():  # the model's own
+                raise
+            raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
+
+    async def take(step: _Step) -> Any:
+        match step:
+            case _Attempt():
+                return await attempt()
+            case _Wait(seconds):
+                return await asyncio.sleep(seconds)
+            case _Retried(rest):
+                return await retrying(rest, AsyncRetrying)(attempt)
+            case _Subdraw(sub, left, singles):
+                drawer = adraw_singles if singles else adraw_candidates
+                return await drawer(sub, sampler, left, config, direct=direct)
+
+    plan = _plan(draw, sampler, policy)
+    step = _resume(plan, _Outcome())
+    while not isinstance(step, _Done):
+        step = _resume(plan, await _acapture(take, step))
+    return step.value
 
 
 async def adraw_singles(

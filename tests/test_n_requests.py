@@ -73,19 +73,31 @@ def test_a_server_that_refuses_n_is_probed_once_per_endpoint(serve, run):
     assert other.calls == 1 and other.requests[0]["n"] == 4
 
 
-def test_a_server_that_ignores_n_is_asked_one_by_one_after_the_first_call(serve):
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_server_that_ignores_n_is_asked_one_by_one_after_the_first_call(serve, run):
     server = serve(["#### 42"], n_mode="ignore")
     graph = build_aggregate_graph(chat(server), n=4)
-    graph.invoke(ASK)
-    assert n_requests(server) == 1 and server.calls == 4  # 1 sample from the n request, then 3 singles
-    graph.invoke(ASK)
+
+    async def two_calls() -> None:  # one event loop: the async client's connections belong to it
+        await graph.ainvoke(ASK)
+        assert n_requests(server) == 1 and server.calls == 4
+        await graph.ainvoke(ASK)
+
+    if run == "async":
+        asyncio.run(two_calls())
+    else:
+        graph.invoke(ASK)
+        assert n_requests(server) == 1 and server.calls == 4  # 1 sample from the n request, then 3 singles
+        graph.invoke(ASK)
     assert n_requests(server) == 1 and server.calls == 8
 
 
-def test_a_400_not_about_n_costs_two_requests_not_n_plus_one(serve):
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_400_not_about_n_costs_two_requests_not_n_plus_one(serve, run):
     server = serve(["#### 42"], failure_rate=1.0, failure_status=400, failure_message="context length exceeded")
+    graph = build_aggregate_graph(chat(server), n=5)
     with pytest.raises(QuorumError) as err:
-        build_aggregate_graph(chat(server), n=5).invoke(ASK)
+        graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
     assert server.calls == 2  # the n request, and one single that failed the same way
     candidates = err.value.sample_set.candidates
     assert len(candidates) == 5 and {c.error_status for c in candidates} == {400}

@@ -3,10 +3,12 @@ with tenacity on the schedule it would have had from the start. Real graphs agai
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 from langchain_core.messages import HumanMessage
+from langgraph.graph.state import CompiledStateGraph
 from openai import OpenAI
 from tenacity import RetryCallState
 
@@ -38,8 +40,12 @@ def test_the_retries_keep_the_schedule_tenacity_would_have_kept(monkeypatch) -> 
     assert retry_after(policy, ValueError("not transient"), started=time.perf_counter()) is None
 
 
+@pytest.mark.parametrize("run", ["sync", "async"])
 @pytest.mark.parametrize("client_path", [False, True], ids=["ChatOpenAI", "openai client (direct replies)"])
-def test_a_failing_request_is_retried_up_to_the_policys_attempts(serve, client_path: bool) -> None:
+def test_a_failing_request_is_retried_up_to_the_policys_attempts(serve, client_path: bool, run: str) -> None:
+    def invoke(graph: CompiledStateGraph) -> dict:
+        return graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
+
     server = serve(["#### 42"], fail_first=2, failure_status=429)
     if client_path:
         client = OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
@@ -47,11 +53,11 @@ def test_a_failing_request_is_retried_up_to_the_policys_attempts(serve, client_p
     else:
         model = chat(server)
     policy = CandidatePolicy(max_attempts=3, backoff_initial_s=0.01, backoff_max_s=0.05, use_n=False)
-    out = build_aggregate_graph(model, n=1, policy=policy).invoke(ASK)
+    out = invoke(build_aggregate_graph(model, n=1, policy=policy))
     assert server.calls == 3 and out["sample_set"].aggregation.answer == "42"
 
     server = serve(["#### 42"], fail_first=2, failure_status=429)
     policy = policy.model_copy(update={"max_attempts": 2})
     with pytest.raises(Exception, match="0 of 1"):
-        build_aggregate_graph(chat(server), n=1, policy=policy).invoke(ASK)
+        invoke(build_aggregate_graph(chat(server), n=1, policy=policy))
     assert server.calls == 2
