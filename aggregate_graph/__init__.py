@@ -1,72 +1,98 @@
 """aggregate-graph: sample several candidates in parallel with LangGraph and aggregate them.
 
+The face, importable from `aggregate_graph`; everything else is imported from the one module it lives in.
+
+    build_aggregate_graph, AggregateState,      the prebuilt graph, its state, and the checkpoint serializer
+    checkpoint_serde                            that restores that state
+    AggregateNode, AggregatingChatModel,        the same as a node of your graph, as a chat model, and as a
+    AggregationMiddleware                       middleware for `create_agent`
+    Sampler, CandidatePolicy, AdaptiveSampling  where candidates come from, and how they are drawn
+    SampleSet, Candidate, Aggregation           the data: what was asked, what came back, what was decided
+    Aggregator, load_aggregator, register       the aggregators' base class, one by name, your own under a name
+    wrap_openai, sample_sets_from               the same for code that calls `openai` directly
+    extract_answer                              a candidate's final answer, as the votes read it
+    AggregateGraphError, AggregationError,      what it raises on purpose
+    QuorumError
+
 Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
 
     models.py, samplers.py,     the chat model(s) a question goes to and their settings, and how candidates are
     sampling.py, n_support.py,  drawn (n requests, retries, deadlines, what each endpoint does with `n`, the
     retries.py, replies.py      `Reply` a candidate is built from)
-    answers.py                  a candidate's final answer: extraction, abstentions, math equivalence
+    answers.py, answer_prose.py a candidate's final answer: extraction, abstentions, math equivalence
     sample_set.py               the one data type: question, candidates, aggregation
-    aggregators/                SampleSet → Aggregation: votes (majority, weighted, tool calls, structured,
-                                medoid) and model-backed ones (SSA, GSR, USC, recursive)
-    graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py its exceptions
+    aggregators/                SampleSet → Aggregation, one class each, declaring its registry name and how it is
+                                built from options (`from_options`): votes (majority, weighted, tool calls,
+                                structured, medoid, best-of-n) and model-backed ones (SSA, GSR, USC, recursive)
+    registry.py                 the open registry every surface resolves an aggregator name through:
+                                `register(name, factory)`, `load_aggregator`; trained_folder.py and trained/:
+                                trained aggregators, the shipped SSA among them
+    graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py the exceptions
     node.py, chat_model.py,     the graph as a node for your graph, as a chat model, and as a middleware for
     middleware.py               `create_agent`
 
-Around it, the integrations: openai_compat/ (`wrap_openai` and the proxy, for chat completions and the Responses
-API), serve/ (serving an aggregator model: vLLM, or the local CPU engine), local/ (the embedded SmolLM2),
-registry.py and trained/ (named and trained aggregators), pools.py (the real sample pools), log.py (the sample-set
-log), cli.py and demo.py (the `aggregate-graph` command and the offline demo; cli_common.py: what it shares with
-`aggregate-train`: one-line errors, `--debug`, `--version`), testing/ (a scripted OpenAI-compatible server: chat
-completions and the Responses API).
+Around it, the integrations: openai_compat/ (`wrap_openai`: chat completions and the Responses API answered with
+aggregations), serve/ (the one serving layer: an HTTP toolkit, and behind one engine interface the OpenAI-compatible
+proxy, the local CPU engine and the vLLM launcher), local/ (the embedded SmolLM2 as a chat model), log.py (the
+sample-set log), pools.py (the real sample pools, research data not shipped with the package), cli.py and demo.py
+(the `aggregate-graph` command and the offline demo; cli_common.py: what it shares with `aggregate-train`),
+testing/ (a scripted OpenAI-compatible server: chat completions and the Responses API).
 """
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from typing import Any
 
-from aggregate_graph.aggregators import (
-    AggregationError,
-    Aggregator,
-    BestOfN,
-    GSRAggregator,
-    MajorityVote,
-    Medoid,
-    RecursiveAggregator,
-    SSAAggregator,
-    SSAStyle,
-    USCAggregator,
-    WeightedVote,
-)
-from aggregate_graph.answers import (
-    ABSTENTIONS,
-    equivalent,
-    extract_answer,
-    group_equivalent,
-    normalize_answer,
-    stated_answer,
-)
+from aggregate_graph._moved import moved_attribute
+from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.answers import extract_answer
 from aggregate_graph.chat_model import AggregatingChatModel
-from aggregate_graph.errors import AggregateGraphError
-from aggregate_graph.graph import MSGPACK_TYPES, AggregateState, QuorumError, build_aggregate_graph
-from aggregate_graph.log import export_sample_sets, log_sample_set, read_sample_sets
+from aggregate_graph.errors import AggregateGraphError, AggregationError, QuorumError
+from aggregate_graph.graph import AggregateState, build_aggregate_graph, checkpoint_serde
 from aggregate_graph.middleware import AggregationMiddleware
-from aggregate_graph.models import build_pool, load_chat_model
 from aggregate_graph.node import AggregateNode
-from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
-from aggregate_graph.pools import load_benchmark, load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
-from aggregate_graph.registry import load_aggregator, load_trained_aggregator
-from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
+from aggregate_graph.openai_compat.chat_output import sample_sets_from
+from aggregate_graph.openai_compat.wrap import wrap_openai
+from aggregate_graph.registry import load_aggregator, register
+from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
 
+# The rest of what this package exported before its face shrank to the names above (issue 23), and the module
+# each lives in: importable from here for one more release, with a DeprecationWarning, loaded only when asked for.
+_MOVED = {
+    "BestOfN": "aggregate_graph.aggregators",
+    "GSRAggregator": "aggregate_graph.aggregators",
+    "MajorityVote": "aggregate_graph.aggregators",
+    "Medoid": "aggregate_graph.aggregators",
+    "RecursiveAggregator": "aggregate_graph.aggregators",
+    "SSAAggregator": "aggregate_graph.aggregators",
+    "SSAStyle": "aggregate_graph.aggregators",
+    "USCAggregator": "aggregate_graph.aggregators",
+    "WeightedVote": "aggregate_graph.aggregators",
+    "ABSTENTIONS": "aggregate_graph.answers",
+    "equivalent": "aggregate_graph.answers",
+    "group_equivalent": "aggregate_graph.answers",
+    "normalize_answer": "aggregate_graph.answers",
+    "stated_answer": "aggregate_graph.answers",
+    "MSGPACK_TYPES": "aggregate_graph.graph",
+    "export_sample_sets": "aggregate_graph.log",
+    "log_sample_set": "aggregate_graph.log",
+    "read_sample_sets": "aggregate_graph.log",
+    "build_pool": "aggregate_graph.models",
+    "load_chat_model": "aggregate_graph.models",
+    "load_benchmark": "aggregate_graph.pools",
+    "load_faithful_cot": "aggregate_graph.pools",
+    "load_gpt3_solutions": "aggregate_graph.pools",
+    "load_qwen_math": "aggregate_graph.pools",
+    "pool_metrics": "aggregate_graph.pools",
+    "load_trained_aggregator": "aggregate_graph.trained_folder",
+    "Usage": "aggregate_graph.sample_set",
+}
 
-def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
-    """A checkpoint serializer that restores this package's state types (plus `extra` ones) without warnings,
-    also under LANGGRAPH_STRICT_MSGPACK: `InMemorySaver(serde=checkpoint_serde())`."""
-    return JsonPlusSerializer(allowed_msgpack_modules=[*MSGPACK_TYPES, *extra])
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)
 
 
 __all__ = [
-    "ABSTENTIONS",
-    "MSGPACK_TYPES",
     "AdaptiveSampling",
     "AggregateGraphError",
     "AggregateNode",
@@ -76,40 +102,16 @@ __all__ = [
     "AggregationError",
     "AggregationMiddleware",
     "Aggregator",
-    "BestOfN",
     "Candidate",
     "CandidatePolicy",
-    "GSRAggregator",
-    "MajorityVote",
-    "Medoid",
     "QuorumError",
-    "RecursiveAggregator",
-    "SSAAggregator",
-    "SSAStyle",
     "SampleSet",
     "Sampler",
-    "USCAggregator",
-    "Usage",
-    "WeightedVote",
     "build_aggregate_graph",
-    "build_pool",
     "checkpoint_serde",
-    "equivalent",
-    "export_sample_sets",
     "extract_answer",
-    "group_equivalent",
     "load_aggregator",
-    "load_benchmark",
-    "load_chat_model",
-    "load_faithful_cot",
-    "load_gpt3_solutions",
-    "load_qwen_math",
-    "load_trained_aggregator",
-    "log_sample_set",
-    "normalize_answer",
-    "pool_metrics",
-    "read_sample_sets",
+    "register",
     "sample_sets_from",
-    "stated_answer",
     "wrap_openai",
 ]

@@ -20,9 +20,10 @@ from typing import TextIO
 
 from langchain_core.runnables import Runnable
 
-from aggregate_graph.aggregators import AggregationError, LLMAggregator, MajorityVote, source_of
+from aggregate_graph.aggregators import LLMAggregator, MajorityVote, source_of
 from aggregate_graph.answers import equivalent
 from aggregate_graph.cli_common import quiet_libraries
+from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.registry import SHIPPED_SSA, WEIGHTS_FILE, load_aggregator
 from aggregate_graph.sample_set import SampleSet

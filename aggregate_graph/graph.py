@@ -9,12 +9,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import run_in_executor
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.config import get_store, get_stream_writer
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -23,15 +24,22 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
-from aggregate_graph.aggregators import AggregationError, MajorityVote, Medoid
+# The errors through their module: a QuorumError bound here would answer `aggregate_graph.graph.QuorumError`, a path
+# this module used to export, without the deprecation warning of `__getattr__` below.
+from aggregate_graph import errors
+from aggregate_graph._moved import moved_attribute
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
-from aggregate_graph.errors import QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
+from aggregate_graph.samplers import CandidatePolicy, Sampler
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
+
+if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
+    from aggregate_graph.samplers import AdaptiveSampling
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER
@@ -46,6 +54,12 @@ MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
 DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
+
+
+def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
+    """A checkpoint serializer that restores this package's state types (plus `extra` ones) without warnings,
+    also under LANGGRAPH_STRICT_MSGPACK: `InMemorySaver(serde=checkpoint_serde())`."""
+    return JsonPlusSerializer(allowed_msgpack_modules=[*MSGPACK_TYPES, *extra])
 
 
 def merge_candidates(current: list[Candidate] | None, new: list[Candidate] | None) -> list[Candidate]:
@@ -248,16 +262,16 @@ class _Nodes:
             },
         )
         if len(sample_set.succeeded) < self.min_candidates:
-            errors = sorted({c.error or "" for c in sample_set.failed})
-            raise QuorumError(
+            reasons = sorted({c.error or "" for c in sample_set.failed})
+            raise errors.QuorumError(
                 f"only {len(sample_set.succeeded)} of {len(candidates)} candidates succeeded, below "
-                f"min_candidates={self.min_candidates}; errors: {'; '.join(errors)[:1000]}",
+                f"min_candidates={self.min_candidates}; errors: {'; '.join(reasons)[:1000]}",
                 sample_set,
             )
         return sample_set
 
     @staticmethod
-    def _failure_record(exc: AggregationError | QuorumError) -> SampleSet | None:
+    def _failure_record(exc: errors.AggregationError | errors.QuorumError) -> SampleSet | None:
         """What the log keeps of a run that could not be aggregated: every candidate, and why."""
         if exc.sample_set is None:
             return None
@@ -292,7 +306,7 @@ class _Nodes:
         voters = answering(sample_set)
         try:
             aggregation = self.aggregator.invoke(voters, config)
-        except AggregationError as exc:
+        except errors.AggregationError as exc:
             if self.fallback is None:
                 raise
             aggregation = self._fell_back(self.fallback.invoke(voters, config), exc)
@@ -305,21 +319,21 @@ class _Nodes:
         voters = answering(sample_set)
         try:
             aggregation = await self.aggregator.ainvoke(voters, config)
-        except AggregationError as exc:
+        except errors.AggregationError as exc:
             if self.fallback is None:
                 raise
             aggregation = self._fell_back(await self.fallback.ainvoke(voters, config), exc)
         return self._decided(sample_set, aggregation, choices)
 
     @staticmethod
-    def _fell_back(aggregation: Aggregation, exc: AggregationError) -> Aggregation:
+    def _fell_back(aggregation: Aggregation, exc: errors.AggregationError) -> Aggregation:
         return aggregation.model_copy(update={"details": {**aggregation.details, "fallback_reason": str(exc)}})
 
     def aggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         store = get_store()
         try:
             sample_set = self._decide(self._sample_set(state), config)
-        except (AggregationError, QuorumError) as exc:
+        except (errors.AggregationError, errors.QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 log_sample_set(store, record, self.log_namespace)
             raise
@@ -331,7 +345,7 @@ class _Nodes:
         store = get_store()
         try:
             sample_set = await self._adecide(self._sample_set(state), config)
-        except (AggregationError, QuorumError) as exc:
+        except (errors.AggregationError, errors.QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 await alog_sample_set(store, record, self.log_namespace)
             raise
@@ -388,7 +402,7 @@ def build_aggregate_graph(
     builder.add_node(
         "aggregate",
         _SyncAsyncNode("aggregate", nodes.aggregate, nodes.aaggregate),
-        retry_policy=RetryPolicy(max_attempts=3, retry_on=is_transient),
+        retry_policy=RetryPolicy(max_attempts=3, retry_on=errors.is_transient),
     )
     builder.add_edge(START, "prepare")
     builder.add_conditional_edges("prepare", route, ["generate", "aggregate"])
@@ -409,12 +423,20 @@ def build_aggregate_graph(
     return configured
 
 
+# What this module exported before each name's own module became its one home (issue 23); removed next release.
+_MOVED = {"AdaptiveSampling": "aggregate_graph.samplers", "QuorumError": "aggregate_graph.errors"}
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)
+
+
 __all__ = [
-    "AdaptiveSampling",
+    "MSGPACK_TYPES",
     "AggregateState",
-    "QuorumError",
     "build_aggregate_graph",
     "check_n",
     "check_options",
+    "checkpoint_serde",
     "last_turn",
 ]

@@ -18,9 +18,9 @@ from typing import Any
 
 from langchain_core.runnables import Runnable
 
-from aggregate_graph.aggregators.base import AggregationError
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.answers import ABSTENTIONS, equivalent, normalize_answer, numeric_value, screen_answer
+from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_jsonl
 from aggregate_graph.sample_set import Candidate, SampleSet
 

@@ -1,0 +1,155 @@
+"""The public face (issue 23): `aggregate_graph` exports about twenty names; every other name is imported from the
+one module it lives in. What the package and its submodules exported before stays importable for one release,
+with a DeprecationWarning that names the new home, and nothing in this repository imports it the old way."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import aggregate_graph
+from tests.test_docs import PAGES, read_blocks
+
+ROOT = Path(__file__).parents[1]
+FACE = {
+    "build_aggregate_graph",
+    "AggregateState",
+    "AggregateNode",
+    "AggregatingChatModel",
+    "AggregationMiddleware",
+    "checkpoint_serde",
+    "Sampler",
+    "CandidatePolicy",
+    "AdaptiveSampling",
+    "SampleSet",
+    "Candidate",
+    "Aggregation",
+    "Aggregator",
+    "load_aggregator",
+    "wrap_openai",
+    "sample_sets_from",
+    "extract_answer",
+    "AggregateGraphError",
+    "AggregationError",
+    "QuorumError",
+    "register",
+}
+# (module, name) → the module the name lives in now, for every name a module exported before issue 23
+MOVED = {
+    **{
+        ("aggregate_graph", name): "aggregate_graph.aggregators"
+        for name in (
+            "BestOfN",
+            "GSRAggregator",
+            "MajorityVote",
+            "Medoid",
+            "RecursiveAggregator",
+            "SSAAggregator",
+            "SSAStyle",
+            "USCAggregator",
+            "WeightedVote",
+        )
+    },
+    **{
+        ("aggregate_graph", name): "aggregate_graph.answers"
+        for name in ("ABSTENTIONS", "equivalent", "group_equivalent", "normalize_answer", "stated_answer")
+    },
+    **{
+        ("aggregate_graph", name): "aggregate_graph.log"
+        for name in ("export_sample_sets", "log_sample_set", "read_sample_sets")
+    },
+    **{("aggregate_graph", name): "aggregate_graph.models" for name in ("build_pool", "load_chat_model")},
+    **{
+        ("aggregate_graph", name): "aggregate_graph.pools"
+        for name in ("load_benchmark", "load_faithful_cot", "load_gpt3_solutions", "load_qwen_math", "pool_metrics")
+    },
+    ("aggregate_graph", "MSGPACK_TYPES"): "aggregate_graph.graph",
+    ("aggregate_graph", "Usage"): "aggregate_graph.sample_set",
+    ("aggregate_graph", "load_trained_aggregator"): "aggregate_graph.trained_folder",
+    ("aggregate_graph.graph", "QuorumError"): "aggregate_graph.errors",
+    ("aggregate_graph.graph", "AdaptiveSampling"): "aggregate_graph.samplers",
+    ("aggregate_graph.aggregators", "AggregationError"): "aggregate_graph.errors",
+    ("aggregate_graph.aggregators.base", "AggregationError"): "aggregate_graph.errors",
+}
+# Where this repository's Python lives, its pages' Python blocks aside
+SOURCES = ["aggregate_graph", "tests", "examples", "benchmarks", "training"]
+
+
+def test_the_face_is_the_listed_names():
+    assert set(aggregate_graph.__all__) == FACE
+    assert len(aggregate_graph.__all__) == len(FACE)
+
+
+def test_the_face_imports_without_warnings():
+    namespace: dict[str, object] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        exec("from aggregate_graph import *", namespace)
+    assert namespace.keys() >= FACE
+
+
+def test_every_name_exported_before_is_still_importable_from_the_package():
+    """The 47 names of the release before: 20 in the face (which adds `register`), the rest deprecated."""
+    before = (FACE - {"register"}) | {name for module, name in MOVED if module == "aggregate_graph"}
+    assert len(before) == 47
+
+
+@pytest.mark.parametrize(("module", "name"), sorted(MOVED), ids=[f"{m}.{n}" for m, n in sorted(MOVED)])
+def test_a_moved_name_warns_and_is_the_object_at_its_new_home(module: str, name: str):
+    home = MOVED[module, name]
+    namespace: dict[str, object] = {}
+    message = rf"^{re.escape(module)}\.{name} is deprecated: import it from {re.escape(home)} \(removed in the next"
+    with pytest.warns(DeprecationWarning, match=message) as caught:
+        exec(compile(f"from {module} import {name}", __file__, "exec"), namespace)
+    assert namespace[name] is getattr(importlib.import_module(home), name)
+    # the warning points at the import, so that the default filters show it in a user's __main__
+    assert {Path(w.filename) for w in caught} == {Path(__file__)}
+
+
+def test_a_name_that_never_lived_there_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="has no attribute 'nonexistent'"):
+        aggregate_graph.nonexistent  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from aggregate_graph.graph import nonexistent", {})
+    namespace: dict[str, object] = {}
+    exec("from aggregate_graph import demo", namespace)  # a submodule still falls through to the import system
+    assert namespace["demo"] is importlib.import_module("aggregate_graph.demo")
+
+
+def test_importing_the_package_loads_no_moved_name_home_it_does_not_need():
+    """The deprecated names load lazily: the research-data loaders (pools) are not imported with the package."""
+    code = "import sys, aggregate_graph; print(sorted(m for m in sys.modules if m.startswith('aggregate_graph')))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "'aggregate_graph.pools'" not in loaded.stdout
+
+
+def _imports(source: str, where: str) -> list[tuple[str, str, str]]:
+    """(where, module, name) of each absolute `from … import name` in `source`."""
+    tree = ast.parse(source, where)
+    return [
+        (f"{where}:{node.lineno}", node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+        for alias in node.names
+    ]
+
+
+def test_nothing_in_the_repository_imports_a_moved_name_the_old_way():
+    found = [
+        item
+        for folder in SOURCES
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for item in _imports(path.read_text(), str(path.relative_to(ROOT)))
+    ]
+    for page in PAGES:
+        for block in read_blocks(page):
+            if block.lang == "python":
+                found += _imports(block.code, block.where)
+    assert [f"{where}: from {module} import {name}" for where, module, name in found if (module, name) in MOVED] == []
