@@ -96,12 +96,13 @@ def wrap_openai(
     legacy `completions`, Assistants runs, realtime sessions — raise `RequestError` unless the call turns
     aggregation off (`extra_body={"aggregation": {"enabled": False}}`); nothing is sent unaggregated silently.
 
-    `aggregator` is a name from `registry.AGGREGATOR_NAMES` or any runtime Aggregator. "majority" and "weighted"
-    (the `WeightedVote` in the `aggregator_weights` file, which it requires) are votes; "ssa", "gsr" and "usc"
-    ask `aggregator_model` — default: the request's model — through `aggregator_client`, default: this client
-    (the same kind, sync or async). The shipped trained SSA, run locally on the CPU, is an Aggregator object:
-    `aggregator=load_aggregator("ssa")`. A request's own `method` may be any of the names ("weighted" only when
-    `aggregator_weights` was given).
+    `aggregator` is a registered name (`registry.aggregator_names()`, your own included) or any runtime
+    Aggregator. A name is built by the registry with what the wrapper has: an aggregator that takes a model
+    ("ssa", "gsr", "usc", "recursive") asks `aggregator_model` — default: the request's model — through
+    `aggregator_client`, default: this client (the same kind, sync or async); one that takes weights gets the
+    `WeightedVote` of the `aggregator_weights` file ("weighted" needs it). The shipped trained SSA, run locally on
+    the CPU, is an Aggregator object: `aggregator=load_aggregator("ssa")`. A request's own `method` may be any
+    name whose options the wrapper can give.
 
     Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the graph's
     `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still falls
