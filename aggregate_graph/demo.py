@@ -25,8 +25,9 @@ from aggregate_graph.answers import equivalent
 from aggregate_graph.cli_common import quiet_libraries
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
-from aggregate_graph.registry import SHIPPED_SSA, WEIGHTS_FILE, load_aggregator
+from aggregate_graph.registry import load_aggregator
 from aggregate_graph.sample_set import SampleSet
+from aggregate_graph.trained_folder import SHIPPED_SSA, WEIGHTS_FILE
 
 DEMO_DATA = "faithful_cot_demo.jsonl"
 AGGREGATORS = {"majority": "majority", "ssa": "trained SSA", "weighted": "weighted vote"}

@@ -31,6 +31,7 @@ from typing import Any, TypeVar, overload
 
 from langchain_core.runnables import Runnable
 
+from aggregate_graph._moved import moved_attribute
 from aggregate_graph.errors import AggregatorOptionError
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
@@ -217,8 +218,4 @@ _MOVED = {  # names this module had before trained folders got their own module 
 
 
 def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"aggregate_graph.registry.{name} is deprecated: import it from {_MOVED[name]} (removed in the next "
-                  "release)", DeprecationWarning, stacklevel=2)  # fmt: skip
-    return getattr(importlib.import_module(_MOVED[name]), name)
+    return moved_attribute(__name__, name, _MOVED)

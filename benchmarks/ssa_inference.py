@@ -28,7 +28,7 @@ import yaml
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.answers import equivalent
-from aggregate_graph.registry import SHIPPED_SSA, load_trained_aggregator
+from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
 from training.build import split_problems
 from training.data import anonymised, load_sample_sets, problem_key
 from training.evaluate import subset

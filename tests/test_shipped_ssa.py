@@ -19,7 +19,8 @@ from aggregate_graph.aggregators import SSAChoiceAggregator, SSAStyle, WeightedV
 from aggregate_graph.answers import equivalent
 from aggregate_graph.demo import load_demo_sets
 from aggregate_graph.demo import main as demo_main
-from aggregate_graph.registry import SHIPPED_SSA, load_aggregator, load_trained_aggregator
+from aggregate_graph.registry import load_aggregator
+from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
 
 BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_choice_build.yaml"
 

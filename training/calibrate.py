@@ -26,7 +26,7 @@ from aggregate_graph.answers import equivalent
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.pools import is_reserved, reserved_questions
-from aggregate_graph.registry import AGGREGATOR_FILE, load_trained_aggregator
+from aggregate_graph.trained_folder import AGGREGATOR_FILE, load_trained_aggregator
 from training.data import anonymised, write_json
 from training.evaluate import subset
 from training.export import base_model_of
