@@ -205,15 +205,13 @@ def resolve_aggregator(
     return aggregator
 
 
-_MOVED = {  # names this module had before trained folders got their own module (removed in the next release)
-    "AGGREGATOR_FILE": "aggregate_graph.trained_folder",
-    "WEIGHTS_FILE": "aggregate_graph.trained_folder",
-    "SHIPPED_SSA": "aggregate_graph.trained_folder",
-    "MAX_AGGREGATOR_TOKENS": "aggregate_graph.trained_folder",
-    "TRAINED_FORMATS": "aggregate_graph.trained_folder",
-    "load_trained_aggregator": "aggregate_graph.trained_folder",
-    "read_trained_record": "aggregate_graph.trained_folder",
-    "local_model": "aggregate_graph.models",
+_TRAINED_FOLDER_NAMES = (
+    "AGGREGATOR_FILE WEIGHTS_FILE SHIPPED_SSA MAX_AGGREGATOR_TOKENS TRAINED_FORMATS "
+    "load_trained_aggregator read_trained_record"
+)
+# names this module had before trained folders got their own module (removed in the next release)
+_MOVED = dict.fromkeys(_TRAINED_FOLDER_NAMES.split(), "aggregate_graph.trained_folder") | {
+    "local_model": "aggregate_graph.models"
 }
 
 
