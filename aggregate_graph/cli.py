@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
-from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -32,18 +30,18 @@ from aggregate_graph.cli_common import (
     validation_problems,
     version_flag,
 )
+from aggregate_graph.cli_serve import add_serve_aggregator
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
-from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, SHIPPED_SSA, load_aggregator
+from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
-from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES, DEFAULT_SERVED_NAME, SMOLLM2
+from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
 AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
 OPENAI_KEY_ENV = "OPENAI_API_KEY"  # `ask`'s key for --base-url and openai: models, and the proxy's upstream key
 PROXY_KEY_ENV = "AGGREGATE_GRAPH_PROXY_KEY"
-SHIPPED_SSA_NAME = "ssa"
 THREADS_HELP = (
     "torch threads for the embedded model; 1 by default: a second OpenMP thread spins against any other busy "
     "process on a 2-core machine, which made a 7 s run take 62 s"
@@ -192,78 +190,6 @@ def ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server_key(args: argparse.Namespace) -> str | None:
-    """The key serve-aggregator's clients must send: from --api-key-file (stripped) or --api-key-env; none without
-    either."""
-    if args.api_key_file is None:
-        return env_secret(args.api_key_env, None, "--api-key-env")
-    path = Path(args.api_key_file)
-    if not path.is_file():
-        raise CLIError(f"--api-key-file {path}: no such file", hint="write the key alone in it, readable by you only")
-    key = path.read_text(encoding="utf-8").strip()
-    if not key:
-        raise CLIError(f"--api-key-file {path} is empty", hint="write the key alone in it, readable by you only")
-    return key
-
-
-def serve_aggregator(args: argparse.Namespace) -> int:
-    if args.model_dir == SHIPPED_SSA_NAME:
-        if args.adapter is not None:
-            raise CLIError("`ssa` is the shipped SSA adapter on smollm2: it takes no --adapter")
-        if not (SHIPPED_SSA / "adapter_config.json").is_file():
-            raise CLIError(f"this install has no shipped SSA adapter ({SHIPPED_SSA} is missing)")
-        # the same path as `smollm2 --adapter DIR`: vLLM's --lora-modules, or the adapter merged on load
-        args.model_dir, args.adapter = SMOLLM2, str(SHIPPED_SSA)
-    key = _server_key(args)
-    return _serve_vllm(args, key) if args.engine == "vllm" else _serve_local(args, key)
-
-
-def _serve_vllm(args: argparse.Namespace, key: str | None) -> int:
-    # Engines are imported on use: `ask` needs neither, and the local one needs the `serve` extra.
-    from aggregate_graph.serve.vllm import PortTakenError, VLLMNotFoundError, run_vllm, vllm_command
-
-    try:
-        command = vllm_command(
-            args.model_dir,
-            adapter=args.adapter,
-            served_model_name=args.served_model_name,
-            host=args.host,
-            port=args.port,
-            max_model_len=args.max_model_len,
-            dtype=args.dtype or "auto",
-            vllm=args.vllm,
-        )
-        key_note = " (API key in VLLM_API_KEY)" if key else ""
-        print(f"running: {shlex.join(command)}{key_note}", file=sys.stderr, flush=True)
-        return run_vllm(command, host=args.host, port=args.port, api_key=key)  # in vLLM's environment, not argv
-    except (VLLMNotFoundError, PortTakenError) as exc:
-        problem, _, fix = str(exc).partition("\n")
-        raise CLIError(problem, hint=one_line(fix) or None) from exc
-
-
-def _serve_local(args: argparse.Namespace, key: str | None) -> int:
-    for flag in ("max_model_len", "vllm", "dtype"):
-        if getattr(args, flag) is not None:
-            raise CLIError(f"--{flag.replace('_', '-')} applies only to --engine vllm")
-    try:
-        from aggregate_graph.serve.local import serve_local
-    except ImportError as exc:
-        raise CLIError(
-            f"the local engine needs the local and serve extras: {exc}",
-            hint="pip install 'aggregate-graph[local,serve]'",
-        ) from exc
-    serve_local(
-        args.model_dir,
-        adapter=args.adapter,
-        host=args.host,
-        port=args.port,
-        served_model_name=args.served_model_name,
-        api_key=key,
-        max_body_bytes=args.max_body_bytes,
-    )
-    return 0
-
-
 def proxy(args: argparse.Namespace) -> int:
     try:
         from aggregate_graph.serve.proxy import ProxyConfig, serve_proxy
@@ -408,57 +334,7 @@ def parser() -> argparse.ArgumentParser:
     ask_cmd.add_argument("--json", action="store_true", help="print the sample set as JSON")
     ask_cmd.set_defaults(run=ask)
 
-    serve_cmd = commands.add_parser(
-        "serve-aggregator",
-        help="serve an aggregator model over the OpenAI chat-completions API (vLLM or CPU)",
-        parents=[common],
-    )
-    serve_cmd.add_argument(
-        "model_dir",
-        nargs="?",
-        default=SMOLLM2,
-        help='a transformers model folder, "smollm2" for the embedded SmolLM2-135M-Instruct (the default), or '
-        '"ssa" for the shipped trained SSA (its LoRA adapter on smollm2)',
-    )
-    serve_cmd.add_argument("--adapter", help="a PEFT LoRA adapter folder trained on MODEL_DIR")
-    serve_cmd.add_argument(
-        "--engine",
-        choices=["vllm", "local"],
-        default="vllm",
-        help="vllm (the default: a real vLLM from its own environment, `make vllm-env`; the fast path on a GPU) or "
-        "local (CPU, in this process, needs the serve extra: the faster one on a CPU)",
-    )
-    serve_cmd.add_argument(
-        "--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a key (--engine local)"
-    )
-    serve_cmd.add_argument("--port", type=int, default=8000)
-    serve_cmd.add_argument("--served-model-name", default=DEFAULT_SERVED_NAME, help="the model name clients ask for")
-    serve_cmd.add_argument("--max-model-len", type=int, help="vLLM context length (default: sized for 8 candidates)")
-    serve_cmd.add_argument(
-        "--vllm",
-        help="vLLM's environment: its folder, python or vllm executable (default: $AGGREGATE_GRAPH_VLLM_ENV, else the "
-        ".vllm-env/ that `make vllm-env` builds, here or in a parent folder, else the vllm on PATH)",
-    )
-    serve_cmd.add_argument(
-        "--dtype",
-        help="vLLM's weights precision (default auto: without CUDA, bfloat16 where the CPU computes it natively, "
-        "else float32)",
-    )
-    key_source = serve_cmd.add_mutually_exclusive_group()
-    key_source.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help="require the key in this environment variable as 'Authorization: Bearer KEY'",
-    )
-    key_source.add_argument("--api-key-file", metavar="PATH", help="the same, with the key in this file")
-    refuse_secret_flag(
-        serve_cmd, "--api-key", "put it in an environment variable and name that with --api-key-env NAME, or in a "
-        "file: --api-key-file PATH",
-    )  # fmt: skip
-    serve_cmd.add_argument(
-        "--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="larger request bodies get 413 (local)"
-    )
-    serve_cmd.set_defaults(run=serve_aggregator)
+    add_serve_aggregator(commands, common)
     _proxy_parser(commands, common)
     return root
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aggregate_graph.cli import _model, _server_key, main, parser
+from aggregate_graph.cli import _model, main, parser
 from aggregate_graph.cli_common import DEBUG_ENV, CLIError, quiet_libraries, run_command
+from aggregate_graph.cli_serve import _server_key
 
 pytestmark = pytest.mark.usefixtures("restored_environment")  # main() runs in-process below
 

@@ -354,9 +354,9 @@ def _free_port() -> int:
 
 
 def test_failures_map_to_scrubbed_openai_errors() -> None:
-    from aggregate_graph.serve.proxy import Scrubber, proxy_error
     from aggregate_graph.openai_compat.request import RequestError
     from aggregate_graph.serve.http import OpenAIError
+    from aggregate_graph.serve.proxy import Scrubber, proxy_error
 
     scrub = Scrubber(SecretStr(UPSTREAM_KEY))
     own = OpenAIError(429, "busy")
@@ -370,8 +370,8 @@ def test_failures_map_to_scrubbed_openai_errors() -> None:
 
 
 def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
-    from aggregate_graph.serve.proxy import RequestSlots
     from aggregate_graph.serve.http import OpenAIError
+    from aggregate_graph.serve.proxy import RequestSlots
 
     slots = RequestSlots(1)
     release = slots.take()
@@ -386,8 +386,8 @@ def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
 
 
 def test_request_arguments_and_the_prompt_limit() -> None:
-    from aggregate_graph.serve.proxy_wire import check_prompt_size, create_arguments
     from aggregate_graph.serve.http import OpenAIError
+    from aggregate_graph.serve.proxy_wire import check_prompt_size, create_arguments
 
     body = {"model": "m", "messages": QUESTION, "top_k": 5, "aggregation": {"n": 3}}
     assert create_arguments(body) == {

@@ -1,8 +1,18 @@
-"""Serving an aggregator model over the OpenAI chat-completions API (`aggregate-graph serve-aggregator`).
+"""The serving layer: every OpenAI-compatible HTTP server of this package, and what they share.
 
-Two engines: `aggregate_graph.serve.vllm` builds and runs the `vllm serve` command (GPU; vLLM lives in its
-own environment), and `aggregate_graph.serve.local` is a CPU server over `LocalChatModel` (needs the `serve`
-extra). This module holds what both share and imports neither, so each engine loads only its own needs.
+    http.py              the toolkit each server is built with: OpenAI-shaped errors, the bearer-key check, the
+                         body read under a size limit, server-sent events, loopback-only without a key
+    proxy.py             `aggregate-graph proxy`: chat completions and Responses API calls answered with
+                         aggregations of an upstream's candidates (`wrap_openai` behind a shared server's limits)
+    proxy_wire.py        what the proxy reads and streams on the wire
+    engines.py           the interface of the engines that serve a model (`aggregate-graph serve-aggregator`):
+                         each declares its name, the flags only it takes and its `serve(...) -> int`; `ENGINES`
+    local.py             the local engine: `LocalChatModel` in this process, on the CPU (the `serve` extra)
+    vllm.py              the vLLM engine: builds, starts and supervises vLLM's OpenAI server from its own environment
+
+This module holds the constants and the model-folder rule they share, and imports none of them: the command line
+reads the engines' flags without importing fastapi, uvicorn or torch, and each server loads only its own needs.
+The test server (`aggregate_graph.testing`) is built with the same toolkit.
 """
 
 from __future__ import annotations

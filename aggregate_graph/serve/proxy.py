@@ -29,7 +29,6 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 
 from aggregate_graph.errors import AggregateGraphError, describe
 from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
-from aggregate_graph.serve.proxy_wire import read_create_request, stream_response
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
 from aggregate_graph.registry import AGGREGATOR_NAMES, known_aggregator
@@ -40,6 +39,7 @@ from aggregate_graph.serve.http import (
     bearer_check,
     is_loopback,
 )
+from aggregate_graph.serve.proxy_wire import read_create_request, stream_response
 
 logger = logging.getLogger(__name__)
 
