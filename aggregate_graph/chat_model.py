@@ -36,7 +36,8 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from aggregate_graph.aggregators import MajorityVote, StructuredVote
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.registry import resolve_aggregator

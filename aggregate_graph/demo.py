@@ -20,7 +20,9 @@ from typing import TextIO
 
 from langchain_core.runnables import Runnable
 
-from aggregate_graph.aggregators import LLMAggregator, MajorityVote, source_of
+from aggregate_graph.aggregators.llm import LLMAggregator
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.weighted import source_of
 from aggregate_graph.answers import equivalent
 from aggregate_graph.cli_common import quiet_libraries
 from aggregate_graph.errors import AggregationError
