@@ -92,10 +92,11 @@ def train(step: str, out: Path, processes: int, flags: list[str], audit: Path | 
     return done.stdout
 
 
-def losses(out: Path) -> list[float]:
+def losses(out: Path, key: str = "loss") -> list[float]:
+    """What the newest checkpoint's training logs say at each step: the loss, or another `key`."""
     newest = max(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     history = json.loads((newest / "trainer_state.json").read_text())["log_history"]
-    return [entry["loss"] for entry in history if "loss" in entry]
+    return [entry[key] for entry in history if "loss" in entry]
 
 
 def sft_flags(base: Path, data: Path, per_device: int, accumulation: int) -> list[str]:
@@ -128,6 +129,11 @@ def test_two_process_sft_logs_the_losses_of_one_process_and_only_the_main_one_wr
     assert any(p.endswith("training_step.json") for p in written_by_main)
     assert any(p.endswith("tokenizer_config.json") for p in written_by_main)
     assert not (audit / "writes.1").exists()  # the second process opened nothing under the run's folder to write
+    # Without TRL's token metrics (its own loss, the LM head on the trained positions only): the same losses and
+    # token counts, so the gradients were synced and scaled as TRL's are
+    train("sft", tmp_path / "answer", 2, [*sft_flags(base, folder, 2, 1), "--token_metrics", "false"])
+    assert losses(tmp_path / "answer") == pytest.approx(one, rel=1e-4)
+    assert losses(tmp_path / "answer", "num_tokens") == losses(tmp_path / "one", "num_tokens")
 
 
 def test_a_two_process_run_resumes_from_its_checkpoint_and_grpo_runs_under_two_processes(
