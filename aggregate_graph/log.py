@@ -3,13 +3,16 @@ for training (the data flywheel)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from langgraph.store.base import BaseStore
 
+# The JSONL primitives through their module: a `read_jsonl` bound here would answer `aggregate_graph.log.read_jsonl`,
+# the path it used to have, without the deprecation warning of `__getattr__` below.
+from aggregate_graph import jsonl
+from aggregate_graph._moved import moved_attribute
 from aggregate_graph.sample_set import SampleSet
 
 DEFAULT_NAMESPACE = ("aggregate_graph", "sample_sets")
@@ -37,29 +40,22 @@ def iter_logged(
 
 
 def export_sample_sets(store: BaseStore, path: str | Path, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> int:
-    """Write every logged sample set to a JSONL file (oldest first); returns how many."""
+    """Write every logged sample set to a JSONL file (oldest first, its folder created); returns how many."""
     sets = sorted(iter_logged(store, namespace), key=lambda s: s.created_at)
-    with Path(path).open("w", encoding="utf-8") as f:
-        for sample_set in sets:
-            f.write(sample_set.model_dump_json() + "\n")
-    return len(sets)
-
-
-def read_jsonl(path: str | Path, parse: Callable[[str], Any] = json.loads, what: str = "JSON") -> Iterator[Any]:
-    """The rows of a JSONL file, each line through `parse` (blank lines skipped): the package's one JSONL reader.
-    A malformed line raises ValueError naming the file and the line number."""
-    with Path(path).open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield parse(line)
-                except ValueError as exc:  # json.JSONDecodeError and pydantic's ValidationError are ValueErrors
-                    raise ValueError(f"{path}:{number}: not {what}: {exc}") from exc
+    return jsonl.write_jsonl(path, sets, SampleSet.model_dump_json)
 
 
 def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
     """Sample sets from a JSONL file; a malformed line raises naming its line number."""
-    return read_jsonl(path, SampleSet.model_validate_json, "a sample set")
+    return jsonl.read_jsonl(path, SampleSet.model_validate_json, "a sample set")
+
+
+# What this module exported before the JSONL primitives got a module of their own (issue 23); removed next release.
+_MOVED = {"read_jsonl": "aggregate_graph.jsonl"}
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)
 
 
 __all__ = [
@@ -68,6 +64,5 @@ __all__ = [
     "export_sample_sets",
     "iter_logged",
     "log_sample_set",
-    "read_jsonl",
     "read_sample_sets",
 ]

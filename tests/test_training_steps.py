@@ -15,7 +15,8 @@ from aggregate_graph import build_aggregate_graph
 from aggregate_graph.aggregators.gsr import parse_gsr_output
 from aggregate_graph.aggregators.ssa import parse_ssa_output
 from aggregate_graph.answers import equivalent
-from aggregate_graph.log import export_sample_sets, read_jsonl, read_sample_sets
+from aggregate_graph.jsonl import read_jsonl
+from aggregate_graph.log import export_sample_sets, read_sample_sets
 from tests.conftest import chat
 from tests.training_fixtures import toy_sample_sets
 from training.build import BuildConfig, build

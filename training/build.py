@@ -21,7 +21,8 @@ from aggregate_graph.aggregators import MajorityVote, SSAStyle, WeightedVote
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
 from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.registry import AGGREGATOR_FILE, WEIGHTS_FILE
+from aggregate_graph.jsonl import write_jsonl
+from aggregate_graph.trained_folder import AGGREGATOR_FILE, WEIGHTS_FILE
 from training.data import (
     PROBLEMS_HELP,
     Problems,
@@ -29,7 +30,6 @@ from training.data import (
     load_sample_sets,
     problem_key,
     write_json,
-    write_jsonl,
 )
 from training.targets import FORMATS, Format, reference_solution, teacher_targets
 

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from aggregate_graph import CandidatePolicy, SampleSet, build_aggregate_graph
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.errors import AggregateGraphError
-from aggregate_graph.log import read_jsonl
+from aggregate_graph.jsonl import read_jsonl
 from aggregate_graph.pools import load_benchmark
 from training.data import POOLS, load_sample_sets
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -73,16 +73,6 @@ def problem_key(sample_set: SampleSet) -> str:
     """What identifies a problem across sample sets: the question text (the flywheel logs the same problem under
     many set ids, so ids cannot keep a problem out of both sides of a split)."""
     return question_key(sample_set.question)
-
-
-def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    return count
 
 
 def write_json(path: Path, value: Any) -> None:
