@@ -31,10 +31,10 @@ from aggregate_graph.cli_common import (
     version_flag,
 )
 from aggregate_graph.cli_serve import add_serve_aggregator
-from aggregate_graph.errors import AggregateGraphError
+from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
 from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
-from aggregate_graph.registry import AGGREGATOR_NAMES, MODEL_AGGREGATORS, load_aggregator
+from aggregate_graph.registry import aggregator_names, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
@@ -46,6 +46,13 @@ THREADS_HELP = (
     "torch threads for the embedded model; 1 by default: a second OpenMP thread spins against any other busy "
     "process on a 2-core machine, which made a 7 s run take 62 s"
 )
+# The flag that gives each option an aggregator built by name takes (`registry.OPTIONS`)
+AGGREGATOR_FLAGS = {
+    "weights": "--aggregator-weights FILE",
+    "model": "--aggregator-base-url URL",
+    "base_url": "--aggregator-base-url URL",
+    "served_model_name": "--aggregator-model NAME",
+}
 # ProxyConfig's fields whose flag is not the field's own name
 PROXY_FLAGS = {
     "api_key": "--api-key-env",
@@ -90,26 +97,25 @@ def _model(args: argparse.Namespace) -> Any:
 
 
 def _aggregator(args: argparse.Namespace) -> Aggregator:
-    """The `--aggregator` named, from the registry; a flag it would ignore is an error rather than a surprise."""
+    """The `--aggregator` named, built by the registry from the flags given; the aggregator says which options it
+    takes and needs, and a flag it would ignore is an error rather than a surprise."""
     name, base_url = args.aggregator, args.aggregator_base_url
-    if args.aggregator_weights is not None and name != "weighted":
-        raise ValueError("--aggregator-weights applies only to --aggregator weighted")
-    if args.aggregator_weights is None and name == "weighted":
-        raise ValueError("--aggregator weighted needs --aggregator-weights FILE (from WeightedVote.save)")
-    if (args.aggregator_model is not None or base_url is not None) and name not in MODEL_AGGREGATORS:
-        raise ValueError(f"--aggregator {name} asks no model: --aggregator-base-url/--aggregator-model do not apply")
     if args.aggregator_model is not None and base_url is None:
         raise ValueError("--aggregator-model is a model name at --aggregator-base-url, which is missing")
-    # only ssa has a model of its own (the shipped one); gsr and usc need a server to ask
-    if name in MODEL_AGGREGATORS and name != "ssa" and base_url is None:
-        raise ValueError(f"--aggregator {name} needs --aggregator-base-url: the server of the model it asks")
-    return load_aggregator(
-        name,
-        base_url=base_url,
-        served_model_name=args.aggregator_model or DEFAULT_SERVED_NAME,
-        api_key=os.environ.get(AGGREGATOR_KEY_ENV),  # never a flag: the command line is visible to every user
-        weights=args.aggregator_weights,
-    )
+    options: dict[str, Any] = {"weights": args.aggregator_weights}
+    if base_url is not None:
+        options.update(
+            base_url=base_url,
+            served_model_name=args.aggregator_model or DEFAULT_SERVED_NAME,
+            api_key=os.environ.get(AGGREGATOR_KEY_ENV),  # never a flag: the command line is visible to every user
+        )
+    try:
+        return load_aggregator(name, **options)
+    except AggregatorOptionError as exc:
+        flag = AGGREGATOR_FLAGS.get(exc.option, f"the option {exc.option}=, which no flag sets")
+        if exc.missing:
+            raise ValueError(f"--aggregator {name} needs {flag}: {exc}") from exc
+        raise ValueError(f"{flag.split()[0]} does not apply to --aggregator {name}: {exc}") from exc
 
 
 def _show(sample_set: SampleSet, out: Any) -> None:
@@ -236,7 +242,10 @@ def _proxy_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
     proxy_cmd.add_argument(
-        "--aggregator", choices=AGGREGATOR_NAMES, default="majority", help="default method (a request may name another)"
+        "--aggregator",
+        choices=aggregator_names(),
+        default="majority",
+        help="default method (a request may name another), any registered aggregator",
     )
     proxy_cmd.add_argument(
         "--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method"
@@ -313,10 +322,11 @@ def parser() -> argparse.ArgumentParser:
     ask_cmd.add_argument("--max-n", type=int, default=MAX_CANDIDATES, help=f"cap on --n (default {MAX_CANDIDATES})")
     ask_cmd.add_argument(
         "--aggregator",
-        choices=AGGREGATOR_NAMES,
+        choices=aggregator_names(),
         default="majority",
-        help="majority (default), weighted (needs --aggregator-weights), ssa (the shipped trained SSA on the CPU, "
-        "or the one at --aggregator-base-url), gsr or usc (the model at --aggregator-base-url)",
+        help="any registered aggregator: majority (default), weighted (needs --aggregator-weights), ssa (the shipped "
+        "trained SSA on the CPU, or the one at --aggregator-base-url), gsr, usc or recursive (the model at "
+        "--aggregator-base-url), medoid, structured_vote",
     )
     ask_cmd.add_argument("--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (WeightedVote.save)")
     ask_cmd.add_argument(

@@ -102,8 +102,8 @@ def test_a_traceback_only_with_debug() -> None:
         (["--n", "0"], "error: --n: 0 given; it must be at least 1\n"),
         (
             ["--aggregator", "weighted"],
-            "error: aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE): a file from "
-            "`aggregate-train weights` or WeightedVote.save\n",
+            "error: aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE): a WeightedVote, or "
+            "the file WeightedVote.save / `aggregate-train weights` wrote\n",
         ),
         (
             ["--aggregator-weights", "/nope.json", "--upstream-timeout", "0", "--max-request-seconds", "-1"],

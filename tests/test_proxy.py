@@ -116,7 +116,8 @@ def test_an_unmodified_client_gets_aggregated_tool_calls_and_json(serve) -> None
 def test_models_lists_the_upstreams_and_each_method_prefix(serve) -> None:
     with proxy_for(serve()) as url:
         ids = [m.id for m in OpenAI(base_url=url, api_key=CLIENT_KEY).models.list()]
-    assert ids == ["test-model", "majority/test-model", "ssa/test-model", "gsr/test-model", "usc/test-model"]
+    methods = ["gsr", "majority", "medoid", "recursive", "ssa", "structured_vote", "usc"]  # no weights, no scorer
+    assert ids == ["test-model", *(f"{method}/test-model" for method in methods)]
 
 
 def test_aggregation_off_passes_through_streams_included(serve) -> None:

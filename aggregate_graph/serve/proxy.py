@@ -31,7 +31,7 @@ from aggregate_graph.errors import AggregateGraphError, describe
 from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
-from aggregate_graph.registry import AGGREGATOR_NAMES, known_aggregator
+from aggregate_graph.registry import OPTIONS, aggregator_names, known_aggregator, missing_options
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
 from aggregate_graph.serve.http import (
     OpenAIError,
@@ -52,12 +52,15 @@ MAX_SAMPLES_PER_REQUEST = 64
 paid for with the upstream key."""
 
 
+_FIELDS = {"weights": "aggregator_weights (--aggregator-weights FILE)"}  # the option an aggregator takes → field
+
+
 class ProxyConfig(BaseModel):
     """Everything the proxy is started with; the CLI flags map onto these fields."""
 
     upstream: str = Field(description="base URL of the upstream OpenAI-compatible API, e.g. https://api.openai.com/v1")
     upstream_api_key: SecretStr = SecretStr("EMPTY")
-    aggregator: str = Field(default="majority", description=f"default method: {', '.join(AGGREGATOR_NAMES)}")
+    aggregator: str = Field(default="majority", description="default method: a registered aggregator's name")
     aggregator_weights: Path | None = Field(
         default=None, description="a WeightedVote weights file: needed by the `weighted` method, default or per request"
     )
@@ -89,18 +92,22 @@ class ProxyConfig(BaseModel):
         return path
 
     @model_validator(mode="after")
-    def _weighted_has_weights(self) -> Self:
-        if self.aggregator == "weighted" and self.aggregator_weights is None:
-            raise ValueError(
-                "aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE): a file from "
-                "`aggregate-train weights` or WeightedVote.save"
-            )
+    def _aggregator_has_its_options(self) -> Self:
+        if missing := missing_options(self.aggregator, self.provided):
+            field = _FIELDS.get(missing[0])
+            source = f"{field}: {OPTIONS[missing[0]]}" if field else f"{missing[0]}=, which the proxy cannot give"
+            raise ValueError(f"aggregator {self.aggregator!r} needs {source}")
         return self
 
     @property
+    def provided(self) -> set[str]:
+        """The options the proxy gives an aggregator: the model it asks, and the vote weights when it has them."""
+        return {"model", "weights"} if self.aggregator_weights is not None else {"model"}
+
+    @property
     def methods(self) -> tuple[str, ...]:
-        """The methods this proxy answers: `weighted` only with weights."""
-        return tuple(m for m in AGGREGATOR_NAMES if m != "weighted" or self.aggregator_weights is not None)
+        """The methods this proxy answers: those whose options it can give (`weighted` only with weights)."""
+        return tuple(m for m in aggregator_names() if not missing_options(m, self.provided))
 
 
 class Scrubber:
