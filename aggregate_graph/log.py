@@ -18,6 +18,14 @@ from aggregate_graph.sample_set import SampleSet
 DEFAULT_NAMESPACE = ("aggregate_graph", "sample_sets")
 
 
+# What this module exported before the JSONL primitives got a module of their own (issue 23); removed next release.
+_MOVED = {"read_jsonl": "aggregate_graph.jsonl"}
+
+
+def __getattr__(name: str) -> Any:
+    return moved_attribute(__name__, name, _MOVED)
+
+
 def log_sample_set(store: BaseStore, sample_set: SampleSet, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> None:
     store.put(namespace, sample_set.id, sample_set.model_dump(mode="json"), index=False)
 
@@ -48,14 +56,6 @@ def export_sample_sets(store: BaseStore, path: str | Path, namespace: tuple[str,
 def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
     """Sample sets from a JSONL file; a malformed line raises naming its line number."""
     return jsonl.read_jsonl(path, SampleSet.model_validate_json, "a sample set")
-
-
-# What this module exported before the JSONL primitives got a module of their own (issue 23); removed next release.
-_MOVED = {"read_jsonl": "aggregate_graph.jsonl"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
 
 
 __all__ = [
