@@ -14,10 +14,11 @@ import sys
 from typing import Any
 
 from langchain_core.messages import HumanMessage
-from pydantic import ValidationError
 
 from aggregate_graph.aggregators import Aggregator
 from aggregate_graph.cli_common import (
+    AGGREGATOR_KEY_ENV,
+    OPENAI_KEY_ENV,
     CLIError,
     ShortErrorParser,
     debug_flag,
@@ -27,10 +28,9 @@ from aggregate_graph.cli_common import (
     quiet_libraries,
     refuse_secret_flag,
     run_command,
-    validation_problems,
     version_flag,
 )
-from aggregate_graph.cli_serve import add_serve_aggregator
+from aggregate_graph.cli_serve import add_proxy, add_serve_aggregator
 from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
 from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
@@ -39,9 +39,6 @@ from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
-AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
-OPENAI_KEY_ENV = "OPENAI_API_KEY"  # `ask`'s key for --base-url and openai: models, and the proxy's upstream key
-PROXY_KEY_ENV = "AGGREGATE_GRAPH_PROXY_KEY"
 THREADS_HELP = (
     "torch threads for the embedded model; 1 by default: a second OpenMP thread spins against any other busy "
     "process on a 2-core machine, which made a 7 s run take 62 s"
@@ -52,14 +49,6 @@ AGGREGATOR_FLAGS = {
     "model": "--aggregator-base-url URL",
     "base_url": "--aggregator-base-url URL",
     "served_model_name": "--aggregator-model NAME",
-}
-# ProxyConfig's fields whose flag is not the field's own name
-PROXY_FLAGS = {
-    "api_key": "--api-key-env",
-    "upstream_api_key": "--upstream-api-key-env",
-    "aggregator_api_key": "--aggregator-api-key-env",
-    "upstream_timeout_s": "--upstream-timeout",
-    "max_request_s": "--max-request-seconds",
 }
 
 
@@ -196,95 +185,6 @@ def ask(args: argparse.Namespace) -> int:
     return 0
 
 
-def proxy(args: argparse.Namespace) -> int:
-    try:
-        from aggregate_graph.serve.proxy import ProxyConfig, serve_proxy
-    except ImportError as exc:
-        raise CLIError(f"the proxy needs the serve extra: {exc}", hint="pip install 'aggregate-graph[serve]'") from exc
-    # Keys come from the environment, never the command line, where any user of the machine can read them.
-    keys = {}
-    for field, named, default in (
-        ("api_key", args.api_key_env, PROXY_KEY_ENV),
-        ("upstream_api_key", args.upstream_api_key_env, OPENAI_KEY_ENV),
-        ("aggregator_api_key", args.aggregator_api_key_env, AGGREGATOR_KEY_ENV),
-    ):
-        if (key := env_secret(named, default, PROXY_FLAGS[field])) is not None:
-            keys[field] = key
-    try:
-        config = ProxyConfig(
-            upstream=args.upstream,
-            aggregator=args.aggregator,
-            aggregator_base_url=args.aggregator_base_url,
-            aggregator_model=args.aggregator_model,
-            aggregator_weights=args.aggregator_weights,
-            n=args.n,
-            min_candidates=args.min_candidates,
-            upstream_timeout_s=args.upstream_timeout,
-            upstream_retries=args.upstream_retries,
-            max_n=args.max_n,
-            max_body_bytes=args.max_body_bytes,
-            max_prompt_chars=args.max_prompt_chars,
-            max_concurrency=args.max_concurrency,
-            max_request_s=args.max_request_seconds,
-            **keys,
-        )
-    except ValidationError as exc:  # a line per flag at fault, not pydantic's report on ProxyConfig's fields
-        raise CLIError(*validation_problems(exc, PROXY_FLAGS)) from exc
-    serve_proxy(config, host=args.host, port=args.port)  # it prints its banner once its checks pass
-    return 0
-
-
-def _proxy_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    proxy_cmd = commands.add_parser(
-        "proxy",
-        help="an OpenAI-compatible server: chat completions and Responses API calls answered with aggregations",
-        parents=[common],
-    )
-    proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
-    proxy_cmd.add_argument(
-        "--aggregator",
-        choices=aggregator_names(),
-        default="majority",
-        help="default method (a request may name another), any registered aggregator",
-    )
-    proxy_cmd.add_argument(
-        "--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method"
-    )
-    proxy_cmd.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
-    proxy_cmd.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
-    proxy_cmd.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
-    proxy_cmd.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
-    proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
-    proxy_cmd.add_argument("--port", type=int, default=8080)
-    # No defaults here: a variable named on the command line must be set, a default one may be absent.
-    proxy_cmd.add_argument(
-        "--api-key-env",
-        metavar="NAME",
-        help=f"environment variable holding the key clients must send (default {PROXY_KEY_ENV}, when set)",
-    )
-    proxy_cmd.add_argument(
-        "--upstream-api-key-env",
-        metavar="NAME",
-        help=f"environment variable with the upstream's key (default {OPENAI_KEY_ENV}, when set)",
-    )
-    proxy_cmd.add_argument(
-        "--aggregator-api-key-env",
-        metavar="NAME",
-        help=f"environment variable with the aggregator server's key (default {AGGREGATOR_KEY_ENV}, when set; the "
-        "upstream key is never sent there)",
-    )
-    for flag in ("--api-key", "--upstream-api-key", "--aggregator-api-key"):
-        refuse_secret_flag(proxy_cmd, flag, f"put the key in an environment variable and name it with {flag}-env NAME")
-    proxy_cmd.add_argument("--upstream-timeout", type=float, default=120.0, help="seconds per upstream request")
-    proxy_cmd.add_argument("--upstream-retries", type=int, default=2, help="retries of 429/5xx/timeouts per request")
-    proxy_cmd.add_argument("--max-n", type=int, default=64, help="samples per request: n × choices (default 64)")
-    proxy_cmd.add_argument("--max-body-bytes", type=int, default=1_000_000)
-    proxy_cmd.add_argument("--max-prompt-chars", type=int, default=200_000)
-    proxy_cmd.add_argument("--max-concurrency", type=int, default=64, help="requests in flight; more are answered 429")
-    proxy_cmd.add_argument("--max-request-seconds", type=float, default=300.0, help="wall time per request")
-    proxy_cmd.set_defaults(run=proxy)
-
-
 def parser() -> argparse.ArgumentParser:
     common = debug_flag()
     root = ShortErrorParser(
@@ -345,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
     ask_cmd.set_defaults(run=ask)
 
     add_serve_aggregator(commands, common)
-    _proxy_parser(commands, common)
+    add_proxy(commands, common)
     return root
 
 

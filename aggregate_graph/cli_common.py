@@ -24,6 +24,8 @@ from pydantic import ValidationError
 from aggregate_graph.errors import AggregateGraphError
 
 DEBUG_ENV = "AGGREGATE_GRAPH_DEBUG"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"  # `ask`'s key for --base-url and openai: models, and the proxy's upstream key
+AGGREGATOR_KEY_ENV = "AGGREGATOR_API_KEY"  # where `ask` and the proxy read the aggregator server's key
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
 # Which extra brings a module a command may miss, for the `pip install` hint.
