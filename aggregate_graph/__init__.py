@@ -32,12 +32,15 @@ Read top-down, the package follows one answer: question → candidates → sampl
     middleware.py               `create_agent`
 
 Around it, the integrations: openai_compat/ (`wrap_openai`: chat completions and the Responses API answered with
-aggregations), serve/ (the one serving layer: an HTTP toolkit, and behind one engine interface, engines.py, the
-OpenAI-compatible proxy, the local CPU engine and the vLLM launcher), local/ (the embedded SmolLM2 as a chat model),
-log.py (the sample-set log; jsonl.py the one JSONL reader and writer), pools.py (the real sample pools, research
-data not shipped with the package), cli.py, cli_serve.py and demo.py (the `aggregate-graph` command, its
-`serve-aggregator`, and the offline demo over the sample sets in data/; cli_common.py: what the command shares with
-`aggregate-train`), testing/ (a scripted OpenAI-compatible server: chat completions and the Responses API).
+aggregations), serve/ (the one serving layer: the HTTP toolkit every server is built with, the OpenAI-compatible
+proxy, and serve-aggregator's two engines behind one interface, engines.py: local, a model in this process, and
+vLLM, in its own environment), local/ (a transformers model run in this process as a chat model, the embedded
+SmolLM2 by default: "local" means that everywhere, in `--model local` and `--engine local` too), log.py (the
+sample-set log; jsonl.py the one JSONL reader and writer), pools.py (the real sample pools, research data not
+shipped with the package), cli.py, cli_serve.py and demo.py (the `aggregate-graph` command — `ask` there, its server
+commands `serve-aggregator` and `proxy` in cli_serve.py — and the offline demo over the sample sets in data/;
+cli_common.py: what the commands share with `aggregate-train`), testing/ (a scripted OpenAI-compatible server: chat
+completions and the Responses API).
 """
 
 from typing import Any
