@@ -96,26 +96,13 @@ def __getattr__(name: str) -> Any:
     return moved_attribute(__name__, name, _MOVED)
 
 
-__all__ = [
-    "AdaptiveSampling",
-    "AggregateGraphError",
-    "AggregateNode",
-    "AggregateState",
-    "AggregatingChatModel",
-    "Aggregation",
-    "AggregationError",
-    "AggregationMiddleware",
-    "Aggregator",
-    "Candidate",
-    "CandidatePolicy",
-    "QuorumError",
-    "SampleSet",
-    "Sampler",
-    "build_aggregate_graph",
-    "checkpoint_serde",
+__all__ = [  # noqa: RUF022 - grouped as the table at the top, not sorted
+    "build_aggregate_graph", "AggregateState", "checkpoint_serde",
+    "AggregateNode", "AggregatingChatModel", "AggregationMiddleware",
+    "Sampler", "CandidatePolicy", "AdaptiveSampling",
+    "SampleSet", "Candidate", "Aggregation",
+    "Aggregator", "load_aggregator", "register",
+    "wrap_openai", "sample_sets_from",
     "extract_answer",
-    "load_aggregator",
-    "register",
-    "sample_sets_from",
-    "wrap_openai",
-]
+    "AggregateGraphError", "AggregationError", "QuorumError",
+]  # fmt: skip

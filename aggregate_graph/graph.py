@@ -429,14 +429,3 @@ _MOVED = {"AdaptiveSampling": "aggregate_graph.samplers", "QuorumError": "aggreg
 
 def __getattr__(name: str) -> Any:
     return moved_attribute(__name__, name, _MOVED)
-
-
-__all__ = [
-    "MSGPACK_TYPES",
-    "AggregateState",
-    "build_aggregate_graph",
-    "check_n",
-    "check_options",
-    "checkpoint_serde",
-    "last_turn",
-]
