@@ -46,7 +46,41 @@ OPTIONS = {
     "base_url": "the server of the model it asks (an OpenAI-compatible one)",
 }
 """What the options every surface passes alike mean (in error messages)."""
+SURFACE_OPTIONS = frozenset({*OPTIONS, "served_model_name", "api_key", "max_tokens"})
+"""The options surfaces pass alike; one given as None counts as not given (other options are passed as they are:
+`k=None` means all candidates)."""
 A = TypeVar("A", bound=type)
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def constructor_options(cls: type) -> frozenset[str] | None:
+    """The keyword options `cls(...)` takes, following `**kwargs` up the classes' `__init__`s; None when a
+    constructor takes any keyword."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is object:
+            break
+        if (init := klass.__dict__.get("__init__")) is None:
+            continue
+        parameters = list(inspect.signature(init).parameters.values())[1:]  # past self
+        names |= {p.name for p in parameters if p.kind in _NAMED}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            break
+    else:
+        return None
+    return frozenset(names)
+
+
+def check_options(name: str, cls: type, options: Mapping[str, Any], *, also: Iterable[str] = ()) -> None:
+    """What a class's `from_options` calls on the options it passes on to `cls(...)`: one it does not take is an
+    AggregatorOptionError naming it (not a TypeError from deep in a constructor)."""
+    accepted = constructor_options(cls)
+    if accepted is None:
+        return
+    accepted = accepted | set(also)
+    for option in sorted(set(options) - accepted):
+        takes = ", ".join(sorted(accepted - {"model"})) or "none"
+        raise AggregatorOptionError(f"aggregator {name!r} takes no {option}= (its options: {takes})", name, option)
 
 
 @dataclass(frozen=True)
@@ -61,29 +95,45 @@ class Registration:
         return list(inspect.signature(self.factory).parameters.values())
 
     @property
+    def _named(self) -> frozenset[str]:
+        return frozenset(p.name for p in self._parameters if p.kind in _NAMED)
+
+    @property
+    def _passes_on(self) -> bool:
+        """Whether its factory also takes `**options`, passed on to the class (which checks them) or elsewhere."""
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._parameters)
+
+    @property
     def options(self) -> frozenset[str]:
-        """The options its factory names: those a surface may pass it (`takes`)."""
-        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        return frozenset(p.name for p in self._parameters if p.kind in kinds)
+        """The options it takes: those its factory names, and those a class's `from_options` passes on to the
+        class's constructor (`takes`)."""
+        passed = constructor_options(self.cls) if self._passes_on and self.cls is not None else None
+        return self._named | (passed or frozenset())
 
     @property
     def required(self) -> frozenset[str]:
         """The options it cannot be built without (no default in its signature)."""
-        return frozenset(p.name for p in self._parameters if p.name in self.options and p.default is p.empty)
+        return frozenset(p.name for p in self._parameters if p.name in self._named and p.default is p.empty)
 
     def takes(self, option: str) -> bool:
         return option in self.options
 
     @property
-    def _passes_on(self) -> bool:
-        """Whether its factory also takes `**options`, which it passes on to the aggregator unchecked."""
-        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in self._parameters)
+    def cls(self) -> type | None:
+        """The aggregator class it builds: a registered class, or the class of a `from_options`; None for a function."""
+        owner = getattr(self.factory, "__self__", self.factory)
+        return owner if isinstance(owner, type) else None
+
+    @property
+    def votes_on_json(self) -> bool:
+        """Whether its class says it is a plain vote, the one that structured output (JSON) is decided by."""
+        return bool(getattr(self.cls, "votes_on_json", False))
 
     def build(self, options: Mapping[str, Any]) -> Runnable[SampleSet, Aggregation]:
-        """The aggregator from `options`; an option given as None counts as not given."""
-        given = {key: value for key, value in options.items() if value is not None}
+        """The aggregator from `options` (a surface option given as None counts as not given)."""
+        given = {key: value for key, value in options.items() if value is not None or key not in SURFACE_OPTIONS}
         for option in sorted(given):
-            if not self.takes(option) and not self._passes_on:
+            if not self._passes_on and option not in self._named:  # a factory with **options checks its own
                 takes = ", ".join(sorted(self.options)) or "none"
                 raise AggregatorOptionError(
                     f"aggregator {self.name!r} takes no {option}= (its options: {takes})", self.name, option
@@ -96,8 +146,8 @@ class Registration:
 
 
 _registry: dict[str, Registration] = {}
-_discovery = threading.Lock()
-_discovered = False
+_discovery = threading.RLock()
+_discovered = _discovering = False
 
 
 @overload
@@ -126,24 +176,33 @@ def register(aggregator: Any, factory: Any = None, *, replace: bool = False) -> 
 def _discover() -> None:
     """Import every shipped aggregator module (each registers its own) and the installed packages' entry points,
     once. Names are resolved after this, so a new aggregator module needs no import added anywhere."""
-    global _discovered
+    global _discovered, _discovering
+    if _discovered:
+        return
     with _discovery:
-        if _discovered:
+        if _discovered or _discovering:  # a module being imported here that resolves a name sees those so far
             return
-        from aggregate_graph import aggregators
-
-        for module in pkgutil.iter_modules(aggregators.__path__, f"{aggregators.__name__}."):
-            importlib.import_module(module.name)
-        for point in entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                loaded = point.load()
-            except Exception as exc:  # one broken plugin must not take every aggregator down with it
-                warnings.warn(f"aggregator entry point {point.name!r} ({point.value}) failed to load: {exc}",
-                              stacklevel=2)  # fmt: skip
-                continue
-            if point.name not in _registry:  # a plugin module may have registered itself on import
-                register(point.name, getattr(loaded, "from_options", loaded))
+        _discovering = True
+        try:
+            _import_aggregators()
+        finally:
+            _discovering = False
         _discovered = True
+
+
+def _import_aggregators() -> None:
+    from aggregate_graph import aggregators
+
+    for module in pkgutil.iter_modules(aggregators.__path__, f"{aggregators.__name__}."):
+        importlib.import_module(module.name)
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+        except Exception as exc:  # one broken plugin must not take every aggregator down with it
+            warnings.warn(f"aggregator entry point {point.name!r} ({point.value}) failed to load: {exc}", stacklevel=3)
+            continue
+        if point.name not in _registry:  # a plugin module may have registered itself on import
+            register(point.name, getattr(loaded, "from_options", loaded))
 
 
 def aggregator_names() -> tuple[str, ...]:
@@ -216,4 +275,11 @@ _MOVED = dict.fromkeys(_TRAINED_FOLDER_NAMES.split(), "aggregate_graph.trained_f
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("AGGREGATOR_NAMES", "MODEL_AGGREGATORS"):  # fixed lists the open registry replaced
+        warnings.warn(f"aggregate_graph.registry.{name} is deprecated: use aggregator_names() and registration(name)"
+                      " (removed in the next release)", DeprecationWarning, stacklevel=2)  # fmt: skip
+        names = aggregator_names()
+        if name == "AGGREGATOR_NAMES":
+            return names
+        return {n: registration(n).cls for n in names if registration(n).takes("model")}
     return moved_attribute(__name__, name, _MOVED)

@@ -21,6 +21,7 @@ from aggregate_graph.aggregators import (
     WeightedVote,
 )
 from aggregate_graph.models import local_model
+from aggregate_graph.registry import check_options, constructor_options
 
 AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
 SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
@@ -65,8 +66,10 @@ def load_trained_aggregator(
         is_adapter = (folder / "adapter_config.json").is_file()
         model = local_model(base_model if is_adapter else str(folder), str(folder) if is_adapter else None,
                             max_tokens=max_tokens, dtype=dtype)  # fmt: skip
+    cls = TRAINED_FORMATS[record["format"]]
+    check_options(f"{folder.name} ({record['format']})", cls, options)
     if isinstance(weights, str | Path):
         weights = WeightedVote.load(weights)
-    elif weights is None and record.get("weights"):
-        weights = WeightedVote.load(folder / record["weights"])
-    return TRAINED_FORMATS[record["format"]].from_trained(model, record, weights=weights, **options)
+    elif weights is None and record.get("weights") and "weights" in (constructor_options(cls) or ()):
+        weights = WeightedVote.load(folder / record["weights"])  # the tally the model was trained to read
+    return cls.from_trained(model, record, weights=weights, **options)

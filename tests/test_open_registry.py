@@ -179,3 +179,61 @@ def test_cli_names_the_flag_an_aggregator_does_not_take_or_needs(tmp_path: Path)
     assert "error: --aggregator-weights does not apply to --aggregator majority" in done.stderr
     needs = run("ask", "q", "--model", "test-model", "--base-url", "http://127.0.0.1:9/v1", "--aggregator", "gsr")
     assert needs.returncode == 2 and "error: --aggregator gsr needs --aggregator-base-url URL" in needs.stderr
+
+
+def test_an_option_a_models_aggregator_does_not_take_is_named_not_a_type_error(serve, tmp_path: Path) -> None:
+    from tests.test_cli import run
+
+    with pytest.raises(AggregatorOptionError, match=r"aggregator 'gsr' takes no weights= \(its options: .*rounds"):
+        load_aggregator("gsr", model=object(), weights=tmp_path / "w.json")
+    with pytest.raises(AggregatorOptionError, match="aggregator 'ssa' takes no threshold="):
+        load_aggregator("ssa", model=object(), threshold=0.5)  # the shipped SSA's calibration, not a prompt's
+    assert load_aggregator("ssa", model=object(), k=None).k is None  # None is a value here: every candidate
+    weights = tmp_path / "w.json"
+    weights.write_text("{}")
+    done = run("ask", "q", "--model", "test-model", "--base-url", "http://127.0.0.1:9/v1", "--aggregator", "gsr",
+               "--aggregator-base-url", "http://127.0.0.1:9/v1", "--aggregator-weights", str(weights))  # fmt: skip
+    assert done.returncode == 2 and "error: --aggregator-weights does not apply to --aggregator gsr" in done.stderr
+
+
+def test_a_trained_folder_reads_its_weights_only_where_its_format_does(tmp_path: Path) -> None:
+    """`aggregate-train build --weights` records a weights file for any format; a GSR folder loads without it."""
+    import json
+
+    from aggregate_graph.aggregators import GSRAggregator, WeightedVote
+    from aggregate_graph.trained_folder import load_trained_aggregator
+
+    WeightedVote({"m": 2.0}).save(tmp_path / "weights.json")
+    record = {"format": "gsr", "k": 5, "style": {"max_candidate_tokens": 256}, "weights": "weights.json"}
+    (tmp_path / "aggregator.json").write_text(json.dumps(record))
+    loaded = load_trained_aggregator(tmp_path, model=object(), k=3)
+    assert isinstance(loaded, GSRAggregator) and (loaded.k, loaded.max_candidate_tokens) == (3, 256)
+    with pytest.raises(AggregatorOptionError, match="takes no temperature="):
+        load_trained_aggregator(tmp_path, model=object(), temperature=2.0)
+
+
+def test_structured_output_takes_the_methods_that_vote_on_json(serve) -> None:
+    upstream = serve(['{"answer": 42}', '{"answer": 42}', '{"answer": 41}'])
+    wrapped = wrap_openai(client(upstream), n=3)
+    json_object = {"type": "json_object"}
+    for method in ("majority", "structured_vote"):
+        response = wrapped.chat.completions.create(
+            model="m", messages=QUESTION, response_format=json_object, extra_body={"aggregation": {"method": method}}
+        )
+        assert response.choices[0].message.content == '{"answer": 42}'
+    with pytest.raises(RequestError, match="method 'medoid' does not apply \\(use majority or structured_vote,"):
+        wrapped.chat.completions.create(
+            model="m", messages=QUESTION, response_format=json_object, extra_body={"aggregation": {"method": "medoid"}}
+        )
+
+
+def test_the_fixed_name_lists_the_registry_replaced_still_import_with_a_warning() -> None:
+    import aggregate_graph.openai_compat as openai_compat
+    from aggregate_graph.aggregators import SSAAggregator
+
+    with pytest.warns(DeprecationWarning, match=r"registry\.AGGREGATOR_NAMES is deprecated: use aggregator_names"):
+        assert aggregator_names() == registry_module.AGGREGATOR_NAMES
+    with pytest.warns(DeprecationWarning, match="MODEL_AGGREGATORS is deprecated"):
+        assert registry_module.MODEL_AGGREGATORS["ssa"] is SSAAggregator
+    with pytest.warns(DeprecationWarning, match=r"openai_compat\.METHODS is deprecated"):
+        assert aggregator_names() == openai_compat.METHODS

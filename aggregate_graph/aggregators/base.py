@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
@@ -27,6 +27,7 @@ class Aggregator(Runnable[SampleSet, Aggregation], ABC):
     """Base class: implement `aggregate` (and `aaggregate` when there is real async work)."""
 
     name: str | None = None
+    votes_on_json: ClassVar[bool] = False  # chosen by name for structured output, which StructuredVote decides
 
     @abstractmethod
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation: ...

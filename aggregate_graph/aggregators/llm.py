@@ -20,6 +20,7 @@ from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
 from aggregate_graph.errors import AggregationError, AggregatorOptionError, describe, is_transient
+from aggregate_graph.registry import check_options
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
@@ -117,11 +118,11 @@ class LLMAggregator(Aggregator):
         served_model_name: str = "aggregator",
         api_key: str | None = None,
         max_tokens: int | None = None,
-        k: int | None = None,
         **options: Any,
     ) -> LLMAggregator:
         """By name it needs the chat model it asks: `model`, or the one served at `base_url`. Other options go to
-        the class (`max_candidate_tokens`, `fallback`, …)."""
+        the class (`k`, `max_candidate_tokens`, `fallback`, …)."""
+        check_options(str(cls.name), cls, options, also=("base_url", "served_model_name", "api_key", "max_tokens"))
         model = cls.served_or_given(model, base_url, served_model_name, api_key, max_tokens)
         if model is None:
             raise AggregatorOptionError(
@@ -130,7 +131,7 @@ class LLMAggregator(Aggregator):
                 "model",
                 missing=True,
             )
-        return cls(model, **({"k": k} if k is not None else {}), **options)
+        return cls(model, **options)
 
     @classmethod
     def served_or_given(

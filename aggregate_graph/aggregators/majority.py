@@ -39,6 +39,7 @@ class MajorityVote(Aggregator):
     """
 
     name = "majority"  # the name every surface selects it by (load_aggregator, wrap_openai, the CLI)
+    votes_on_json = True  # a plain vote: on structured output, the vote of the parsed JSON values
 
     @classmethod
     def from_options(cls) -> MajorityVote:

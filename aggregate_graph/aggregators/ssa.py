@@ -181,7 +181,6 @@ class SSAAggregator(LLMAggregator):
         served_model_name: str = "aggregator",
         api_key: str | None = None,
         max_tokens: int | None = None,
-        k: int | None = None,
         weights: WeightedVote | str | Path | None = None,
         **options: Any,
     ) -> LLMAggregator:
@@ -192,8 +191,6 @@ class SSAAggregator(LLMAggregator):
 
         if isinstance(weights, str | Path):
             weights = WeightedVote.load(weights)
-        if k is not None:
-            options["k"] = k
         if model is None:
             served = cls.served_or_given(None, base_url, served_model_name, api_key, max_tokens)
             budget = {"max_tokens": max_tokens} if max_tokens else {}

@@ -42,6 +42,7 @@ class StructuredVote(Aggregator):
     when no candidate's content parses as JSON."""
 
     name = "structured_vote"
+    votes_on_json = True
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started = time.perf_counter()

@@ -89,6 +89,7 @@ class WeightedVote(MajorityVote):
     """
 
     name = "weighted"
+    votes_on_json = False  # structured output is voted unweighted (StructuredVote)
 
     @classmethod
     def from_options(cls, weights: str | Path | WeightedVote) -> WeightedVote:  # type: ignore[override]

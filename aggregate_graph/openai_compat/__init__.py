@@ -14,13 +14,12 @@ serving layer: `aggregate_graph.serve.proxy`.
     proxy.py, proxy_wire.py            deprecated paths of `aggregate_graph.serve.proxy` / `.proxy_wire`
 """
 
-import warnings
 from typing import Any
 
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.errors import QuorumAPIError
-from aggregate_graph.openai_compat.request import AggregationOptions, RequestError
+from aggregate_graph.openai_compat.request import AggregationOptions, RequestError, deprecated_methods
 from aggregate_graph.openai_compat.wrap import wrap_openai
 
 __all__ = [
@@ -34,10 +33,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name == "METHODS":  # a snapshot of the names could not see an aggregator registered after import
-        warnings.warn("aggregate_graph.openai_compat.METHODS is deprecated: call aggregate_graph.registry."
-                      "aggregator_names() (removed in the next release)", DeprecationWarning, stacklevel=2)  # fmt: skip
-        from aggregate_graph.registry import aggregator_names
-
-        return aggregator_names()
+    if name == "METHODS":
+        return deprecated_methods(__name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,9 +5,11 @@ import warnings
 from aggregate_graph.serve.proxy import (
     MAX_SAMPLES_PER_REQUEST,
     UPSTREAM_CHECK_S,
+    Proxy,
     ProxyConfig,
     RequestSlots,
     Scrubber,
+    UpstreamClients,
     create_proxy_app,
     proxy_banner,
     proxy_error,
@@ -25,9 +27,11 @@ warnings.warn(
 __all__ = [
     "MAX_SAMPLES_PER_REQUEST",
     "UPSTREAM_CHECK_S",
+    "Proxy",
     "ProxyConfig",
     "RequestSlots",
     "Scrubber",
+    "UpstreamClients",
     "create_proxy_app",
     "proxy_banner",
     "proxy_error",

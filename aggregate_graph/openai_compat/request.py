@@ -5,6 +5,7 @@ refused rather than silently dropped."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.openai_compat.errors import http
-from aggregate_graph.registry import aggregator_names
+from aggregate_graph.registry import aggregator_names, registration
 
 OPTIONS_KEY = "aggregation"
 
@@ -28,7 +29,6 @@ _REFUSED = {
 }
 _LEGACY = {"functions": "tools", "function_call": "tool_choice"}  # deprecated options and what replaced them
 STRUCTURED_FORMATS = ("json_object", "json_schema")  # response_format types aggregated by `StructuredVote`
-VOTE_METHODS = ("majority",)  # request methods that mean "vote", which is how structured output is aggregated
 
 
 class RequestError(AggregateGraphError, BadRequestError, ValueError):
@@ -108,6 +108,19 @@ def split_options(kwargs: dict[str, Any]) -> tuple[AggregationOptions, dict[str,
         raise RequestError(f"{where}: {first['msg']}", param=where) from None
     rest = {**kwargs, "extra_body": extra} if extra else {k: v for k, v in kwargs.items() if k != "extra_body"}
     return options, rest
+
+
+def check_structured_method(method: str | None, format_type: Any, field: str, named_in_options: bool) -> None:
+    """Structured output is aggregated by vote on the candidates' parsed JSON (`StructuredVote`): a method that
+    is not such a vote (its class's `votes_on_json`) does not apply."""
+    if method is None or format_type not in STRUCTURED_FORMATS or registration(method).votes_on_json:
+        return
+    votes = " or ".join(n for n in aggregator_names() if registration(n).votes_on_json)
+    raise RequestError(
+        f"structured output ({field} {format_type!r}) is aggregated by vote on the candidates' parsed JSON; method "
+        f"{method!r} does not apply (use {votes}, or name no method)",
+        param="method" if named_in_options else "model",
+    )
 
 
 def method_prefix(model: str) -> tuple[str | None, str]:
@@ -206,13 +219,7 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
     method_from_model, model = method_prefix(model)
     method = check_method(options.method or method_from_model)
     response_format = kwargs.get("response_format")
-    if method is not None and method not in VOTE_METHODS and _format_type(response_format) in STRUCTURED_FORMATS:
-        raise RequestError(
-            f"structured output (response_format {_format_type(response_format)!r}) is aggregated by vote on the "
-            f"candidates' parsed JSON; method {method!r} does not apply (use {' or '.join(VOTE_METHODS)}, or name "
-            "no method)",
-            param="method" if options.method else "model",
-        )
+    check_structured_method(method, _format_type(response_format), "response_format", options.method is not None)
     choices = 1 if (n := kwargs.pop("n", None)) is None else _positive_int(n, "n")
     stream = pop_stream(kwargs)
     stream_options = kwargs.pop("stream_options", None) or {}
@@ -232,3 +239,17 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
         include_usage=bool(stream_options.get("include_usage")),
         params=kwargs,
     )
+
+
+def deprecated_methods(module: str) -> tuple[str, ...]:
+    """The old `METHODS` constant of `module`: a snapshot of the names could not see an aggregator registered
+    after import."""
+    warnings.warn(f"{module}.METHODS is deprecated: call aggregate_graph.registry.aggregator_names() (removed in the "
+                  "next release)", DeprecationWarning, stacklevel=3)  # fmt: skip
+    return aggregator_names()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METHODS":
+        return deprecated_methods(__name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

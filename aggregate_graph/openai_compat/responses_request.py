@@ -13,12 +13,12 @@ from typing import Any
 
 from aggregate_graph.openai_compat.request import (
     OPTIONS_KEY,
-    STRUCTURED_FORMATS,
     AggregationOptions,
     Plan,
     RequestError,
     as_dict,
     check_method,
+    check_structured_method,
     last_user_text,
     method_prefix,
     pop_stream,
@@ -108,13 +108,7 @@ def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) 
     if text is not None and not isinstance(text, dict):
         raise RequestError("text must be an object", param="text")
     format_type = ((text or {}).get("format") or {}).get("type")
-    structured = format_type in STRUCTURED_FORMATS
-    if method is not None and method != "majority" and structured:
-        raise RequestError(
-            f"structured output (text.format {format_type!r}) is aggregated by vote on the candidates' parsed JSON; "
-            f"method {method!r} does not apply (use majority, or name no method)",
-            param="method" if options.method else "model",
-        )
+    check_structured_method(method, format_type, "text.format", options.method is not None)
     stream = pop_stream(kwargs)
     kwargs.pop("stream_options", None)  # obfuscation padding of one upstream stream: nothing to pass on
     return Plan(
