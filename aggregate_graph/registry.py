@@ -12,8 +12,10 @@ surfaces pass are named alike everywhere:
     base_url, served_model_name, api_key, max_tokens
                 a model served elsewhere (vLLM, `aggregate-graph serve-aggregator`) instead of `model`
 
-Which options an aggregator takes, and which it cannot do without, is read from its factory's signature: that is
-how the proxy knows it can offer `weighted` only when it has weights, and the CLI which flags apply.
+Which options an aggregator takes, and which it cannot do without, is read from its factory's signature (and, for a
+class's `from_options` that passes the rest on, from the class's constructor): that is how the proxy knows it can
+offer `weighted` only when it has weights, and the CLI which flags apply. A class's `votes_on_json` says it is a
+plain vote, which a request for structured output may name.
 """
 
 from __future__ import annotations

@@ -331,7 +331,8 @@ import sys
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
-from aggregate_graph import Aggregator, MajorityVote, build_aggregate_graph
+from aggregate_graph import Aggregator, build_aggregate_graph
+from aggregate_graph.aggregators import MajorityVote
 
 class FailsOnce(Aggregator):
     calls = 0
