@@ -16,7 +16,7 @@ The face, importable from `aggregate_graph`; everything else is imported from th
 
 Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
 
-    models.py, samplers.py,     the chat model(s) a question goes to and their settings, and how candidates are
+    models.py, draw_settings.py the chat model(s) a question goes to and their settings, and how candidates are
     sampling.py, n_support.py,  drawn (n requests, retries, deadlines, what each endpoint does with `n`, the
     retries.py, replies.py      `Reply` a candidate is built from)
     answers.py, answer_prose.py a candidate's final answer: extraction, abstentions, math equivalence
@@ -28,8 +28,9 @@ Read top-down, the package follows one answer: question → candidates → sampl
                                 `register(name, factory)`, `load_aggregator`; trained_folder.py and trained/:
                                 trained aggregators, the shipped SSA among them
     graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py the exceptions
-    node.py, chat_model.py,     the graph as a node for your graph, as a chat model, and as a middleware for
-    middleware.py               `create_agent`
+    node.py,                    the graph as a node for your graph, as a chat model, and as a middleware for
+    aggregating_chat_model.py,  `create_agent`
+    middleware.py
 
 Around it, the integrations: openai_compat/ (`wrap_openai`: chat completions and the Responses API answered with
 aggregations), serve/ (the one serving layer: the HTTP toolkit every server is built with, the OpenAI-compatible
@@ -46,9 +47,10 @@ completions and the Responses API).
 from typing import Any
 
 from aggregate_graph._moved import moved_attribute
+from aggregate_graph.aggregating_chat_model import AggregatingChatModel
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.answers import extract_answer
-from aggregate_graph.chat_model import AggregatingChatModel
+from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler
 from aggregate_graph.errors import AggregateGraphError, AggregationError, QuorumError
 from aggregate_graph.graph import AggregateState, build_aggregate_graph, checkpoint_serde
 from aggregate_graph.middleware import AggregationMiddleware
@@ -57,7 +59,6 @@ from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.wrap import wrap_openai
 from aggregate_graph.registry import load_aggregator, register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy, Sampler
 
 # The rest of what this package exported before its face shrank to the names above (issue 23), and the module
 # each lives in: importable from here for one more release, with a DeprecationWarning, loaded only when asked for.

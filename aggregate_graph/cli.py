@@ -31,12 +31,12 @@ from aggregate_graph.cli_common import (
     version_flag,
 )
 from aggregate_graph.cli_serve import add_proxy, add_serve_aggregator
+from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
 from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.registry import aggregator_names, load_aggregator
 from aggregate_graph.sample_set import SampleSet
-from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
 THREADS_HELP = (

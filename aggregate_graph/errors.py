@@ -11,7 +11,7 @@
                                    `openai.BadRequestError` the API would answer
 
 Through `wrap_openai`, a call whose every candidate failed raises the `openai` exception class the upstream's
-failure maps to (`except openai.RateLimitError` works), which is also a `QuorumError` (`openai_compat.errors`).
+failure maps to (`except openai.RateLimitError` works), which is also a `QuorumError` (`openai_compat.quorum_errors`).
 """
 
 from __future__ import annotations

@@ -31,15 +31,15 @@ from aggregate_graph._moved import moved_attribute
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
+from aggregate_graph.draw_settings import CandidatePolicy, Sampler
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.samplers import CandidatePolicy, Sampler
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 
 if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
-    from aggregate_graph.samplers import AdaptiveSampling
+    from aggregate_graph.draw_settings import AdaptiveSampling
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER
@@ -424,7 +424,7 @@ def build_aggregate_graph(
 
 
 # What this module exported before each name's own module became its one home (issue 23); removed next release.
-_MOVED = {"AdaptiveSampling": "aggregate_graph.samplers", "QuorumError": "aggregate_graph.errors"}
+_MOVED = {"AdaptiveSampling": "aggregate_graph.draw_settings", "QuorumError": "aggregate_graph.errors"}
 
 
 def __getattr__(name: str) -> Any:

@@ -25,10 +25,10 @@ from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResp
 from langchain_core.language_models import BaseChatModel
 from langgraph.store.base import BaseStore
 
-from aggregate_graph.chat_model import AggregatingChatModel
+from aggregate_graph.aggregating_chat_model import AggregatingChatModel
+from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, check_options
 from aggregate_graph.registry import AggregatorSpec
-from aggregate_graph.samplers import AdaptiveSampling, CandidatePolicy
 
 _MODELS_KEPT = 16  # aggregating wrappers kept, one per model the agent's requests name
 

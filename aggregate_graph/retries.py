@@ -18,8 +18,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.errors import is_transient
-from aggregate_graph.samplers import CandidatePolicy
 
 T = TypeVar("T")
 

@@ -26,8 +26,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from aggregate_graph.aggregating_chat_model import AggregatingChatModel
 from aggregate_graph.aggregators.tool_calls import tool_plan
-from aggregate_graph.chat_model import AggregatingChatModel
 from aggregate_graph.testing import OpenAITestServer, tool_calls_reply
 
 

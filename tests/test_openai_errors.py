@@ -15,10 +15,10 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import AggregateGraphError, QuorumError, wrap_openai
+from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.errors import error_kind, is_transient
-from aggregate_graph.openai_compat.errors import QuorumAPIError, upstream_error
+from aggregate_graph.openai_compat.quorum_errors import QuorumAPIError, upstream_error
 from aggregate_graph.sample_set import Candidate, SampleSet
-from aggregate_graph.samplers import CandidatePolicy
 from tests.test_wrap_openai import QUESTION, math_replies
 
 

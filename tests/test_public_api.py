@@ -74,9 +74,25 @@ MOVED = {
     ("aggregate_graph", "Usage"): "aggregate_graph.sample_set",
     ("aggregate_graph", "load_trained_aggregator"): "aggregate_graph.trained_folder",
     ("aggregate_graph.graph", "QuorumError"): "aggregate_graph.errors",
-    ("aggregate_graph.graph", "AdaptiveSampling"): "aggregate_graph.samplers",
+    ("aggregate_graph.graph", "AdaptiveSampling"): "aggregate_graph.draw_settings",
     ("aggregate_graph.aggregators", "AggregationError"): "aggregate_graph.errors",
     ("aggregate_graph.aggregators.base", "AggregationError"): "aggregate_graph.errors",
+    # modules renamed so that no two say the same (sampling / samplers, two chat_model, two errors)
+    ("aggregate_graph.chat_model", "AggregatingChatModel"): "aggregate_graph.aggregating_chat_model",
+    **{
+        ("aggregate_graph.samplers", name): "aggregate_graph.draw_settings"
+        for name in ("AdaptiveSampling", "CandidatePolicy", "Sampler", "describe_model", "unbind")
+    },
+    **{
+        ("aggregate_graph.openai_compat.errors", name): "aggregate_graph.openai_compat.quorum_errors"
+        for name in ("QuorumAPIError", "QuorumRateLimitError", "upstream_error")
+    },
+    # the open registry's moves: trained folders got their own module
+    **{
+        ("aggregate_graph.registry", name): "aggregate_graph.trained_folder"
+        for name in ("SHIPPED_SSA", "load_trained_aggregator", "read_trained_record", "AGGREGATOR_FILE")
+    },
+    ("aggregate_graph.registry", "local_model"): "aggregate_graph.models",
 }
 # Where this repository's Python lives, its pages' Python blocks aside
 SOURCES = ["aggregate_graph", "tests", "examples", "benchmarks", "training"]

@@ -144,7 +144,7 @@ class LLMAggregator(Aggregator):
             raise AggregatorOptionError(
                 f"aggregator {cls.name!r} asks one model: model= or base_url=, not both", str(cls.name), "base_url"
             )
-        from aggregate_graph.models import served_model  # models imports the samplers, which import this package
+        from aggregate_graph.models import served_model  # models imports the draw settings, which import this package
 
         return served_model(base_url, served_model_name, api_key, max_tokens or cls.max_tokens)
 

@@ -9,7 +9,8 @@ serving layer: `aggregate_graph.serve.proxy`.
     engine.py                          plan → the prebuilt graph → the API's answer, one compiled graph per shape
     chat_output.py, responses_output.py
                                        sample sets as a `ChatCompletion` (or chunks) / a `Response` (or events)
-    errors.py                          total failure as the upstream's `openai` exception
+    quorum_errors.py                   total failure as the upstream's `openai` exception (errors.py: its old,
+                                       deprecated path)
     wrap.py, entry_points.py           the patch points: `create`, `parse`, and what is refused
     proxy.py, proxy_wire.py            deprecated paths of `aggregate_graph.serve.proxy` / `.proxy_wire`
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
-from aggregate_graph.openai_compat.errors import QuorumAPIError
+from aggregate_graph.openai_compat.quorum_errors import QuorumAPIError
 from aggregate_graph.openai_compat.request import AggregationOptions, RequestError, deprecated_methods
 from aggregate_graph.openai_compat.wrap import wrap_openai
 

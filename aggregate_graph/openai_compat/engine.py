@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
+from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph, check_n
 from aggregate_graph.openai_compat.chat_output import (
@@ -34,14 +35,13 @@ from aggregate_graph.openai_compat.client_model import (
     ClientChatModel,
     OpenAIClientChatModel,
 )
-from aggregate_graph.openai_compat.errors import upstream_error
+from aggregate_graph.openai_compat.quorum_errors import upstream_error
 from aggregate_graph.openai_compat.request import Plan, RequestError, plan_request, split_options
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request
 from aggregate_graph.registry import missing_options, registration
 from aggregate_graph.sample_set import Aggregation, SampleSet
-from aggregate_graph.samplers import CandidatePolicy
 
 WRAPPED_ATTRIBUTE = "_aggregate_graph_unwrapped_create"  # a patched resource keeps its own create here
 ENGINE_ATTRIBUTE = "_aggregate_graph_engine"  # the wrapped `chat.completions` keeps its `ClientAggregator` here

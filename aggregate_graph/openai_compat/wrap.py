@@ -19,6 +19,7 @@ from langchain_core.runnables import Runnable
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregators import WeightedVote
+from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.graph import MAX_CANDIDATES
 from aggregate_graph.openai_compat.chat_output import AsyncStreamedAggregation, StreamedAggregation
 from aggregate_graph.openai_compat.engine import (
@@ -35,7 +36,6 @@ from aggregate_graph.openai_compat.entry_points import (
     resource,
 )
 from aggregate_graph.sample_set import Aggregation, SampleSet
-from aggregate_graph.samplers import CandidatePolicy
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
@@ -109,7 +109,7 @@ def wrap_openai(
     back from one `n` request to single requests. When too few candidates succeed, the call raises the `openai`
     exception the upstream's failure maps to — `RateLimitError` for 429s, `APITimeoutError`, … (an
     `openai.APIError` for mixed causes) — which is also a `QuorumError` carrying the sample set
-    (`openai_compat.errors`); a streamed call raises it at `create()`. `client.with_options(...)` returns a
+    (`openai_compat.quorum_errors`); a streamed call raises it at `create()`. `client.with_options(...)` returns a
     wrapped copy.
     """
     completions: Any = client.chat.completions

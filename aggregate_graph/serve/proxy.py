@@ -141,7 +141,7 @@ def _status_of_failure(exc: BaseException) -> tuple[int, str, str]:
     """(status, type, code) of the error answered for an upstream failure. The client's own mistakes
     (a bad parameter, an unknown model) keep their status; the proxy's credentials being refused, or the
     upstream failing, is the gateway's problem (502), and a slow upstream is 504. Total candidate failure
-    arrives already as the openai class of its cause (`openai_compat.errors`)."""
+    arrives already as the openai class of its cause (`openai_compat.quorum_errors`)."""
     status = getattr(exc, "status_code", None)
     if isinstance(exc, openai.APITimeoutError | TimeoutError):
         return 504, "timeout", "upstream_timeout"
