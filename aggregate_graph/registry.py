@@ -55,9 +55,9 @@ A = TypeVar("A", bound=type)
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
-def constructor_options(cls: type) -> frozenset[str] | None:
-    """The keyword options `cls(...)` takes, following `**kwargs` up the classes' `__init__`s; None when a
-    constructor takes any keyword."""
+def constructor_options(cls: type) -> frozenset[str]:
+    """The keyword options `cls(...)` takes, following `**kwargs` up the classes' `__init__`s (to `object`'s,
+    which takes none)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if klass is object:
@@ -68,21 +68,20 @@ def constructor_options(cls: type) -> frozenset[str] | None:
         names |= {p.name for p in parameters if p.kind in _NAMED}
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             break
-    else:
-        return None
     return frozenset(names)
+
+
+def _not_taken(name: str, option: str, accepted: Iterable[str]) -> AggregatorOptionError:
+    takes = ", ".join(sorted(accepted)) or "none"
+    return AggregatorOptionError(f"aggregator {name!r} takes no {option}= (its options: {takes})", name, option)
 
 
 def check_options(name: str, cls: type, options: Mapping[str, Any], *, also: Iterable[str] = ()) -> None:
     """What a class's `from_options` calls on the options it passes on to `cls(...)`: one it does not take is an
     AggregatorOptionError naming it (not a TypeError from deep in a constructor)."""
-    accepted = constructor_options(cls)
-    if accepted is None:
-        return
-    accepted = accepted | set(also)
+    accepted = constructor_options(cls) | set(also)
     for option in sorted(set(options) - accepted):
-        takes = ", ".join(sorted(accepted - {"model"})) or "none"
-        raise AggregatorOptionError(f"aggregator {name!r} takes no {option}= (its options: {takes})", name, option)
+        raise _not_taken(name, option, accepted - {"model"})  # the model is the constructor's first argument
 
 
 @dataclass(frozen=True)
@@ -109,8 +108,8 @@ class Registration:
     def options(self) -> frozenset[str]:
         """The options it takes: those its factory names, and those a class's `from_options` passes on to the
         class's constructor (`takes`)."""
-        passed = constructor_options(self.cls) if self._passes_on and self.cls is not None else None
-        return self._named | (passed or frozenset())
+        passed = constructor_options(self.cls) if self._passes_on and self.cls is not None else frozenset()
+        return self._named | passed
 
     @property
     def required(self) -> frozenset[str]:
@@ -136,10 +135,7 @@ class Registration:
         given = {key: value for key, value in options.items() if value is not None or key not in SURFACE_OPTIONS}
         for option in sorted(given):
             if not self._passes_on and option not in self._named:  # a factory with **options checks its own
-                takes = ", ".join(sorted(self.options)) or "none"
-                raise AggregatorOptionError(
-                    f"aggregator {self.name!r} takes no {option}= (its options: {takes})", self.name, option
-                )
+                raise _not_taken(self.name, option, self.options)
         for option in sorted(self.required - set(given)):
             meaning = f": {OPTIONS[option]}" if option in OPTIONS else ""
             raise AggregatorOptionError(f"aggregator {self.name!r} needs {option}={meaning}", self.name, option,

@@ -70,6 +70,6 @@ def load_trained_aggregator(
     check_options(f"{folder.name} ({record['format']})", cls, options)
     if isinstance(weights, str | Path):
         weights = WeightedVote.load(weights)
-    elif weights is None and record.get("weights") and "weights" in (constructor_options(cls) or ()):
+    elif weights is None and record.get("weights") and "weights" in constructor_options(cls):
         weights = WeightedVote.load(folder / record["weights"])  # the tally the model was trained to read
     return cls.from_trained(model, record, weights=weights, **options)
