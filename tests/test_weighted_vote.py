@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, WeightedVote, source_of
+from aggregate_graph.aggregators.kinds import content_kind
 from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
 from training.cli import main as train_cli
+from training.data import anonymised
 from training.report import ReportConfig, report
 
 
@@ -64,11 +67,58 @@ def test_save_load_round_trip_and_unseen_sources(tmp_path: Path) -> None:
     assert loaded.source_weights == pytest.approx(vote.source_weights)
     assert loaded.default_weight == pytest.approx(vote.default_weight) and loaded.method == "supervised"
     assert loaded.invoke(OUTVOTED).answer == "7"
-    # A set of sources never seen in fitting is decided as majority vote decides it.
+    assert loaded.kind_weights == pytest.approx(vote.kind_weights) and set(loaded.kind_weights) == {"bare"}
+    # A set of sources never seen in fitting, all of one content kind, is decided as majority vote decides it.
     stranger = answered("1", {"x": "1", "y": "2", "z": "2"})
-    assert loaded.weight_of(stranger.candidates[0]) == loaded.default_weight
+    assert loaded.weight_of(stranger.candidates[0]) == loaded.kind_weights["bare"]
     assert loaded.invoke(stranger).answer == MajorityVote().invoke(stranger).answer == "2"
     assert path.stat().st_size < 10_000
+
+
+def worked(answer: str) -> str:
+    return f"She buys 3 bags of 4 apples each.\nSo she has 3 * 4 = 12 apples.\nThe answer is {answer}."
+
+
+def test_unseen_sources_are_weighed_by_what_their_work_looks_like(tmp_path: Path) -> None:
+    """One model sampled n times (every candidate the same unknown source): kind weights fit beside the sources
+    let one worked solution outvote two bare answers, while a set of one kind stays a plain majority vote —
+    even of bare answers, whose weight is kept positive though they are mostly wrong."""
+    rng = random.Random(0)
+    sets = []
+    for p in range(40):  # bare answers are mostly wrong, worked ones mostly right
+        bare = [str(p) if rng.random() < 0.2 else str(900 + rng.randrange(99)) for _ in range(2)]
+        texts = [(f"The answer is {a}.", a) for a in bare] + [(worked(str(p)), str(p))]
+        sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
+            Candidate(index=i, text=t, answer=a, model="logged") for i, (t, a) in enumerate(texts)]))  # fmt: skip
+    vote = WeightedVote.load(WeightedVote.fit(sets).save(tmp_path / "w.json"))
+    assert vote.kind_weights["prose"] > 1 > vote.kind_weights["bare"] > 0
+    mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked("12"), "12")]
+    one_model = SampleSet(question="q", candidates=[
+        Candidate(index=i, text=t, answer=a, model="my-own-model") for i, (t, a) in enumerate(mine)])  # fmt: skip
+    assert MajorityVote().invoke(one_model).answer == "5" and vote.invoke(one_model).answer == "12"
+    all_bare = answered(None, {"m1": "5", "m2": "5", "m3": "6"})
+    assert vote.invoke(all_bare).answer == "5"
+    without_kinds = WeightedVote.fit(sets, kinds=False)
+    assert without_kinds.kind_weights == {} and without_kinds.invoke(one_model).answer == "5"
+
+
+def test_content_kinds_of_real_solutions() -> None:
+    """Each Faithful-CoT prompt's solutions (code002, unreserved problems) are mostly of the kind its prompt asks
+    for: a bare answer, prose, numbered sub-questions, a program, a commented program."""
+    expected = {"standard": "bare", "COT": "prose", "LtM": "steps", "noNL": "code", "NL+SL": "commented_code"}
+    sets = [s for s in load_faithful_cot([f"code002_{p}" for p in expected]) if not is_reserved(s)][:200]
+    for prompt, kind in expected.items():
+        kinds = [content_kind(c) for s in sets for c in s.candidates if c.params.get("prompt") == prompt]
+        assert len(kinds) >= 150 and kinds.count(kind) / len(kinds) >= 0.9, (prompt, Counter(kinds).most_common(3))
+
+
+def test_version_1_weights_files_still_load(tmp_path: Path) -> None:
+    data = WeightedVote.fit(history()).to_dict() | {"version": 1}
+    del data["kinds"]
+    (tmp_path / "v1.json").write_text(json.dumps(data), encoding="utf-8")
+    loaded = WeightedVote.load(tmp_path / "v1.json")
+    assert loaded.kind_weights == {} and loaded.invoke(OUTVOTED).answer == "7"
+    assert loaded.weight_of(Candidate(index=0, text="The answer is 2.", answer="2")) == loaded.default_weight
 
 
 def test_load_names_what_is_wrong(tmp_path: Path) -> None:
@@ -115,6 +165,22 @@ def test_on_real_llm_samples_the_learned_vote_beats_majority() -> None:
     supervised = _accuracy(WeightedVote.fit(fit_on), scored)
     unsupervised = _accuracy(WeightedVote.fit([s.model_copy(update={"gold": None}) for s in fit_on]), scored)
     assert supervised >= majority + 4 and unsupervised >= majority + 4, (majority, supervised, unsupervised)
+
+
+def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
+    """Each LM's own five candidates with sources anonymised (a user's one model, n samples): the kind weights
+    fit on 700 unreserved problems beat majority on 150 others, on average over the four LMs of the acceptance.
+    Not on each: gpt-3.5-turbo's prose and sub-question solutions are as often right as its programs, so weights
+    pooled over LMs that favour programs cost it a point or two (the SSA model's reading is what can recover it)."""
+    sets = [s for s in load_faithful_cot() if not is_reserved(s)]
+    vote = WeightedVote.fit(sets[:700])
+    gains = []
+    for lm in ("code002", "text002", "text003", "gpt-3.5-turbo"):
+        own = [anonymised(s.model_copy(update={"candidates": [c for c in s.candidates if c.model == lm]}))
+               for s in sets[700:850]]  # fmt: skip
+        assert all(vote.weight_of(c) in vote.kind_weights.values() for c in own[0].candidates)
+        gains.append(_accuracy(vote, own) - _accuracy(MajorityVote(), own))
+    assert sum(gains) / len(gains) >= 3 and min(gains[:3]) >= 2 and gains[3] >= -3, gains
 
 
 def test_weights_step_fits_from_a_runtime_log_without_labels(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from aggregate_graph import SampleSet
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.aggregators.choice import choice_distribution
 from aggregate_graph.answers import equivalent
 from aggregate_graph.errors import AggregationError
@@ -63,6 +64,7 @@ class _Outcome:
     vote: dict[str, float] | None
     right: dict[str, bool]
     vote_right: bool
+    majority_right: bool  # what the acceptance compares with: the plain vote, every candidate one vote
 
 
 def rows_of(sets: list[SampleSet], config: CalibrateConfig, rng: random.Random) -> dict[str, list[SampleSet]]:
@@ -90,6 +92,7 @@ def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
         vote=details.get("vote_shares") if logprobs else None,
         right={a: equivalent(a, sample_set.gold) for a in answers},
         vote_right=equivalent(vote.answer, sample_set.gold),
+        majority_right=equivalent(MajorityVote().invoke(sample_set).answer, sample_set.gold),
     )
 
 
@@ -129,6 +132,7 @@ def choose(
     table = {
         name: {
             "sets": len(outs),
+            "majority": 100.0 * np.mean([o.majority_right for o in outs]),
             "vote": votes[name],
             "model_alone": accuracy(outs, temperature, 0.0),
             "with_vote": accuracy(outs, temperature, 0.0, vote_weight),
@@ -143,10 +147,12 @@ def choose(
 def markdown(table: dict[str, dict[str, float]], temperature: float, vote_weight: float, threshold: float) -> str:
     lines = [f"Validation (never reserved problems): temperature {temperature}, vote weight {vote_weight}, "
              f"threshold {threshold}", "",
-             "| row | sets | vote % | model alone % | model × vote % | shipped (deferring) % | reached the model % |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| row | sets | majority % | vote % | model alone % | model × vote % | shipped (deferring) % "
+             "| reached the model % |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, r in table.items():
-        lines.append(f"| {name} | {r['sets']} | {r['vote']:.1f} | {r['model_alone']:.1f} | {r['with_vote']:.1f} "
+        lines.append(f"| {name} | {r['sets']} | {r['majority']:.1f} | {r['vote']:.1f} | {r['model_alone']:.1f} "
+                     f"| {r['with_vote']:.1f} "
                      f"| {r['calibrated']:.1f} | {r['reached_model']:.0f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
 

@@ -20,6 +20,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.kinds import shows_work
 from aggregate_graph.aggregators.llm import (
     Decision,
     LLMAggregator,
@@ -58,14 +59,6 @@ def choice_target(gold: str, candidates: Sequence[Candidate], weights: WeightedV
         if equivalent(candidates[cls[0]].answer, gold):
             return letter
     return None
-
-
-def shows_work(candidate: Candidate) -> bool:
-    """More than a bare answer: two or more lines, or over 80 characters (a bare "The answer is 4." is less often
-    right than a worked solution from the same model: measured on unreserved problems, discounting bare answers
-    alone lifts one-model votes by about 3 points)."""
-    text = candidate.text.strip()
-    return len(text) > 80 or len([line for line in text.splitlines() if line.strip()]) >= 2
 
 
 def _mentions(answer: str, text: str) -> bool:

@@ -5,6 +5,10 @@ is fit from logged sample sets: supervised where they carry `gold`, and otherwis
 Dawid–Skene EM (each source is right with probability p, wrong answers spread over `spread` alternatives; the
 true answer of each set is the latent variable). Both give the same vote weight, the log-odds
 `log(spread · p / (1 − p))`, which is the optimal weight for independent voters under that model.
+
+The same fit, keyed by each candidate's *content kind* (`kinds.content_kind`: a bare answer, prose, a program, …)
+instead of its source, weighs the candidates whose source it never saw — a user's own model sampled n times,
+where every candidate has the same unknown source and only what the text looks like tells them apart.
 """
 
 from __future__ import annotations
@@ -12,20 +16,25 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from aggregate_graph.aggregators.kinds import content_kind
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added the content kinds' weights
+READS_VERSIONS = (1, 2)
 # The params that say how a candidate was asked for. Others are per-sample records (a pool's `is_correct` or
 # `score` verdicts, rewards) that must never name a source: they would leak the label into the vote.
 SOURCE_PARAMS = ("prompt", "system_prompt", "temperature", "top_p")
+# A kind's weight stays positive: one model sampled n times is often all one kind, and a negative weight would
+# make its vote pick the answer the fewest candidates gave (a bare answer is right 23% of the time: log-odds < 0).
+MIN_KIND_WEIGHT = 0.01
 PRIOR = (1.0, 1.0)  # Beta prior on each source's accuracy: a source seen a few times stays near the pooled rate
 
 
@@ -44,14 +53,17 @@ def source_of(candidate: Candidate) -> str:
 
 @dataclass
 class _Ballot:
-    """One sample set as fitting sees it: the sources behind each answer class, and which class is gold."""
+    """One sample set as fitting sees it: the voters' keys (sources, or content kinds) behind each answer class,
+    and which class is gold."""
 
     classes: list[list[str]]
     labelled: bool  # the set has a gold answer
     gold_class: int | None  # None: no gold, or no class is right
 
 
-def _ballots(sample_sets: Iterable[SampleSet]) -> tuple[list[_Ballot], bool]:
+def _ballots(
+    sample_sets: Iterable[SampleSet], key: Callable[[Candidate], str] = source_of
+) -> tuple[list[_Ballot], bool]:
     ballots, labelled = [], False
     for sample_set in sample_sets:
         voters = [c for c in sample_set.candidates if is_voter(c)]  # abstentions do not vote, nor train
@@ -62,7 +74,7 @@ def _ballots(sample_sets: Iterable[SampleSet]) -> tuple[list[_Ballot], bool]:
         if sample_set.gold is not None:
             labelled = True
             gold_class = next((i for i, cls in enumerate(classes) if equivalent(cls[0].answer, sample_set.gold)), None)
-        sources = [[source_of(c) for c in cls] for cls in classes]
+        sources = [[key(c) for c in cls] for cls in classes]
         ballots.append(_Ballot(sources, sample_set.gold is not None, gold_class))
     return ballots, labelled
 
@@ -84,8 +96,10 @@ def _accuracies(ballots: list[_Ballot], credit: list[list[float]]) -> dict[str, 
 class WeightedVote(MajorityVote):
     """Majority vote with per-source weights learned from sample sets (`fit`), saved as a small JSON file.
 
-    Sources never seen in fitting get `default_weight`, the weight of the pooled accuracy over all sources, so
-    a set of unseen sources is decided as plain majority vote would decide it.
+    A candidate whose source was never seen in fitting gets its content kind's weight (`kind_weights`, fit
+    beside the sources), else `default_weight`, the weight of the pooled accuracy over all sources; so a set of
+    unseen sources is decided by what its candidates' work looks like, and without kind weights as plain
+    majority vote would decide it.
     """
 
     name = "weighted"
@@ -102,18 +116,26 @@ class WeightedVote(MajorityVote):
         *,
         default_weight: float = 1.0,
         reliability: Mapping[str, float] | None = None,
+        kind_weights: Mapping[str, float] | None = None,
+        kind_reliability: Mapping[str, float] | None = None,
         spread: float = 2.0,
         method: Literal["supervised", "unsupervised", "given"] = "given",
     ) -> None:
         self.source_weights = dict(weights or {})
         self.default_weight = float(default_weight)
         self.reliability = dict(reliability or {})
+        self.kind_weights = dict(kind_weights or {})
+        self.kind_reliability = dict(kind_reliability or {})
         self.spread = float(spread)
         self.method = method
         super().__init__(weights=self.weight_of)
 
     def weight_of(self, candidate: Candidate) -> float:
-        return self.source_weights.get(source_of(candidate), self.default_weight)
+        """The candidate's source's weight; for a source never seen, its content kind's; else the default."""
+        weight = self.source_weights.get(source_of(candidate))
+        if weight is None and self.kind_weights:
+            weight = self.kind_weights.get(content_kind(candidate))
+        return self.default_weight if weight is None else weight
 
     @classmethod
     def fit(
@@ -123,30 +145,30 @@ class WeightedVote(MajorityVote):
         supervised: bool | None = None,
         spread: float = 2.0,
         iterations: int = 50,
+        kinds: bool = True,
     ) -> WeightedVote:
         """Reliability per source from `sample_sets`: from `gold` where the sets carry it (`supervised=None`
-        decides by whether any does), else by Dawid–Skene EM on the agreement between sources."""
+        decides by whether any does), else by Dawid–Skene EM on the agreement between sources; and, with
+        `kinds`, the same per content kind, for the candidates of sources the fit never saw."""
         if spread <= 0:
             raise ValueError(f"spread must be positive, got {spread}")
+        sample_sets = list(sample_sets)
         ballots, labelled = _ballots(sample_sets)
         if not ballots:
             raise ValueError("no sample set has a candidate with an answer: nothing to fit")
         supervised = labelled if supervised is None else supervised
-        if supervised:
-            if not labelled:
-                raise ValueError("supervised fitting needs sample sets with `gold`")
-            labelled_ballots = [b for b in ballots if b.labelled]
-            credit = [[1.0 if i == b.gold_class else 0.0 for i in range(len(b.classes))] for b in labelled_ballots]
-            accuracy = _accuracies(labelled_ballots, credit)
-        else:
-            accuracy = _dawid_skene(ballots, spread, iterations)
-        weights = {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()}
+        if supervised and not labelled:
+            raise ValueError("supervised fitting needs sample sets with `gold`")
+        accuracy = _reliability(ballots, supervised, spread, iterations)
+        by_kind = _reliability(_ballots(sample_sets, content_kind)[0], supervised, spread, iterations) if kinds else {}
         votes = sum(n for _, n in accuracy.values())
         pooled = sum(p * n for p, n in accuracy.values()) / votes
         return cls(
-            weights,
+            {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()},
             default_weight=_log_odds(pooled, spread),
             reliability={s: p for s, (p, _) in accuracy.items()},
+            kind_weights={k: max(_log_odds(p, spread), MIN_KIND_WEIGHT) for k, (p, _) in by_kind.items()},
+            kind_reliability={k: p for k, (p, _) in by_kind.items()},
             spread=spread,
             method="supervised" if supervised else "unsupervised",
         )
@@ -160,6 +182,10 @@ class WeightedVote(MajorityVote):
             "default_weight": self.default_weight,
             "sources": {
                 s: {"weight": w, "reliability": self.reliability.get(s)} for s, w in sorted(self.source_weights.items())
+            },
+            "kinds": {
+                k: {"weight": w, "reliability": self.kind_reliability.get(k)}
+                for k, w in sorted(self.kind_weights.items())
             },
         }
 
@@ -182,13 +208,15 @@ class WeightedVote(MajorityVote):
             raise ValueError(f"{path}: not a WeightedVote weights file (invalid JSON: {exc})") from None
         if not isinstance(data, dict) or data.get("format") != "aggregate_graph.WeightedVote":
             raise ValueError(f"{path}: not a WeightedVote weights file (no `format: aggregate_graph.WeightedVote`)")
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{path}: weights file version {data.get('version')}, this package reads {FORMAT_VERSION}")
-        sources = data.get("sources", {})
+        if data.get("version") not in READS_VERSIONS:
+            raise ValueError(f"{path}: weights file version {data.get('version')}, this package reads {READS_VERSIONS}")
+        sources, kinds = data.get("sources", {}), data.get("kinds", {})  # version 1 has no kinds
         return cls(
             {s: float(v["weight"]) for s, v in sources.items()},
             default_weight=float(data["default_weight"]),
             reliability={s: v["reliability"] for s, v in sources.items() if v.get("reliability") is not None},
+            kind_weights={k: float(v["weight"]) for k, v in kinds.items()},
+            kind_reliability={k: v["reliability"] for k, v in kinds.items() if v.get("reliability") is not None},
             spread=float(data.get("spread", 2.0)),
             method=data.get("method", "given"),
         )
@@ -205,6 +233,16 @@ def posterior(scores: list[float]) -> list[float]:
     exps = [math.exp(s - top) for s in scores]
     total = sum(exps)
     return [e / total for e in exps]
+
+
+def _reliability(
+    ballots: list[_Ballot], supervised: bool, spread: float, iterations: int
+) -> dict[str, tuple[float, int]]:
+    """Each key's accuracy and vote count: from the gold class of the labelled ballots, or by Dawid–Skene."""
+    if not supervised:
+        return _dawid_skene(ballots, spread, iterations) if ballots else {}
+    labelled = [b for b in ballots if b.labelled]
+    return _accuracies(labelled, [[1.0 if i == b.gold_class else 0.0 for i in range(len(b.classes))] for b in labelled])
 
 
 def _dawid_skene(ballots: list[_Ballot], spread: float, iterations: int) -> dict[str, tuple[float, int]]:
