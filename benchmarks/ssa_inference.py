@@ -1,6 +1,6 @@
 """The shipped SSA on this CPU, in-process: latency per k=5 set, how many sets skip the model, accuracy.
 
-    python benchmarks/ssa_inference.py [--sets 60] [--dtypes auto float32] [--threads 2]
+    python benchmarks/ssa_inference.py [--sets 60] [--dtypes auto float32 int8] [--avx2-dtypes auto int8] [--threads 2]
 
 Sets are k=5 draws from the shipped build's *validation* problems (never the reserved ones): one LM's own five
 candidates with sources anonymised (code002: the case of a user sampling one model), and mixed-source draws from
@@ -55,11 +55,11 @@ def validation_draws(count: int, seed: int = 0) -> dict[str, list[SampleSet]]:
     }
 
 
-def measure(dtype: str, threads: int, sets: int) -> dict[str, dict[str, float]]:
+def measure(dtype: str, threads: int, sets: int, folder: str | Path = SHIPPED_SSA) -> dict[str, dict[str, float]]:
     import torch
 
     torch.set_num_threads(threads)
-    aggregator = load_trained_aggregator(SHIPPED_SSA, dtype=dtype)
+    aggregator = load_trained_aggregator(folder, dtype=dtype)
     aggregator.model.load()
     rows = {}
     for name, draws in validation_draws(sets).items():
@@ -90,21 +90,23 @@ def measure(dtype: str, threads: int, sets: int) -> dict[str, dict[str, float]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sets", type=int, default=60)
-    p.add_argument("--dtypes", nargs="+", default=["auto", "float32"])
+    p.add_argument("--ssa", default=str(SHIPPED_SSA), help="the trained choice SSA folder (default: the shipped one)")
+    p.add_argument("--dtypes", nargs="+", default=["auto", "float32", "int8"])
     p.add_argument("--threads", type=int, nargs="+", default=[2])
-    p.add_argument("--avx2", action=argparse.BooleanOptionalAction, default=True, help="also the AVX2-held rows")
+    p.add_argument("--avx2-dtypes", nargs="*", default=["auto", "int8"], help="the AVX2-held rows (none: skip)")
     p.add_argument("--child", help=argparse.SUPPRESS)  # dtype,threads: measure one setting and print JSON
     args = p.parse_args()
     if args.child:
         dtype, threads = args.child.split(",")
-        print(json.dumps(measure(dtype, int(threads), args.sets)))
+        print(json.dumps(measure(dtype, int(threads), args.sets, args.ssa)))
         return 0
     settings = [(d, t, False) for t in args.threads for d in args.dtypes]
-    settings += [("auto", t, True) for t in args.threads] if args.avx2 else []
+    settings += [(d, t, True) for t in args.threads for d in args.avx2_dtypes]
     results = []
     for dtype, threads, avx2 in settings:
         env = os.environ | (AVX2 if avx2 else {})
-        done = subprocess.run([sys.executable, __file__, "--child", f"{dtype},{threads}", "--sets", str(args.sets)],
+        done = subprocess.run([sys.executable, __file__, "--child", f"{dtype},{threads}", "--sets", str(args.sets),
+                               "--ssa", args.ssa],
                               env=env, capture_output=True, text=True, check=True)  # fmt: skip
         results.append((dtype + (" (avx2)" if avx2 else ""), threads, json.loads(done.stdout.strip().splitlines()[-1])))
     bf16 = "avx512_bf16" in Path("/proc/cpuinfo").read_text()

@@ -1,6 +1,7 @@
 """`aggregate-train weights`: fit a `WeightedVote` (per-source reliability) from logged sample sets.
 
-Supervised where the sets carry `gold`, else unsupervised (Dawid–Skene EM on agreement between sources), e.g. the
+Supervised where the sets carry `gold`, else unsupervised (Dawid–Skene EM on agreement between sources), and the
+same per content kind (a bare answer, prose, a program, …) for candidates of sources it never saw; e.g. from the
 runtime's own store log exported with `export_sample_sets` — no labels needed. Writes the small JSON file that
 `WeightedVote.load`, `load_aggregator("weighted", weights=…)` and `aggregate-graph ask --aggregator weighted` read.
 """
@@ -23,6 +24,9 @@ class WeightsConfig:
         default="auto", metadata={"help": "auto: supervised when any set has a gold answer"}
     )
     spread: float = field(default=2.0, metadata={"help": "how many ways wrong answers spread (the vote's prior)"})
+    kinds: bool = field(
+        default=True, metadata={"help": "also weigh content kinds, for the candidates of sources never seen"}
+    )
     limit: int | None = None
 
     def __post_init__(self) -> None:
@@ -34,7 +38,7 @@ def fit_weights(config: WeightsConfig) -> dict[str, Any]:
     """Fit, save to `output`, and return a summary: method, sources and the weights, strongest first."""
     sets = load_sample_sets(config.sample_sets, config.limit, config.problems)
     supervised = None if config.supervision == "auto" else config.supervision == "supervised"
-    vote = WeightedVote.fit(sets, supervised=supervised, spread=config.spread)
+    vote = WeightedVote.fit(sets, supervised=supervised, spread=config.spread, kinds=config.kinds)
     vote.save(config.output)
     ranked = sorted(vote.source_weights.items(), key=lambda item: -item[1])
     return {
@@ -44,4 +48,5 @@ def fit_weights(config: WeightsConfig) -> dict[str, Any]:
         "sources": len(ranked),
         "default_weight": vote.default_weight,
         "weights": dict(ranked),
+        "kind_weights": dict(sorted(vote.kind_weights.items(), key=lambda item: -item[1])),
     }
