@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import SSAChoiceAggregator, SSAStyle, WeightedVote
+from aggregate_graph.aggregators.kinds import KINDS
 from aggregate_graph.answers import equivalent
 from aggregate_graph.demo import load_demo_sets
 from aggregate_graph.demo import main as demo_main
+from aggregate_graph.local.chat_model import cpu_has_bf16
 from aggregate_graph.registry import load_aggregator
 from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
 
@@ -39,6 +42,22 @@ def test_the_shipped_folder_is_small_and_records_how_it_renders() -> None:
     assert WeightedVote.load(SHIPPED_SSA / record["weights"]).method == "supervised"
     card = (SHIPPED_SSA / "README.md").read_text()
     assert "make ssa-model" in card and "make ssa-eval" in card and "reserved" in card
+
+
+def test_the_shipped_vote_weighs_unknown_sources_by_content_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Your own model's candidates are sources the shipped weights never saw: they vote by what their work looks
+    like (fit on the training problems), a program over prose over numbered sub-questions over a bare answer."""
+    vote = WeightedVote.load(SHIPPED_SSA / "weights.json")
+    w = vote.kind_weights
+    assert set(w) == set(KINDS) and min(w["code"], w["commented_code"]) > w["prose"] > w["steps"] > w["bare"] > 0
+    worked = "She buys 3 bags of 4 apples.\nSo she has 3 * 4 = 12 apples.\nThe answer is 12."
+    mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked, "12")]
+    one_model = SampleSet(question="q", candidates=[
+        Candidate(index=i, text=t, answer=a, model="my-model") for i, (t, a) in enumerate(mine)])  # fmt: skip
+    assert vote.invoke(one_model).answer == "12"
+    # dtype="auto" takes bfloat16 only where the CPU computes it natively; a process held to AVX2 does not.
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert not cpu_has_bf16()
 
 
 def test_shipped_ssa_decides_real_sets_with_calibrated_choices(smollm2_dir: Path) -> None:

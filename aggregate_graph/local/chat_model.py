@@ -7,6 +7,7 @@ package around it) stays cheap for code paths that never touch the local model.
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -413,7 +414,10 @@ class LocalChatModel(BaseChatModel):
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU computes bfloat16 natively (x86 avx512_bf16 or AMX); elsewhere bf16 is emulated, slowly."""
+    """Whether this CPU computes bfloat16 natively (x86 avx512_bf16 or AMX); elsewhere bf16 is emulated, slowly.
+    A process that holds torch to AVX2 or less (`ATEN_CPU_CAPABILITY`) does not, whatever the CPU has."""
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() in ("default", "avx2", "zvector", "sve256"):
+        return False
     try:
         flags = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
