@@ -160,6 +160,7 @@ def test_real_smollm2_returns_logprobs_in_process_and_served(smollm2_dir: Path) 
     import openai
 
     from aggregate_graph.local import LocalChatModel
+    from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
     from aggregate_graph.serve.local import create_app
     from aggregate_graph.testing import running
 
@@ -177,6 +178,14 @@ def test_real_smollm2_returns_logprobs_in_process_and_served(smollm2_dir: Path) 
             model="aggregator", messages=[{"role": "user", "content": "Reply with the letter A."}],
             max_tokens=1, temperature=0, logprobs=True, top_logprobs=5,
         )  # fmt: skip
+        # The package's model over an `openai` client (what `wrap_openai` builds) keeps them too, as ChatOpenAI
+        # does: in `response_metadata["logprobs"]`, where the choice SSA reads its letter probabilities.
+        over_client = OpenAIClientChatModel(create=client.chat.completions.create, model="aggregator")
+        kept = over_client.invoke("Reply with the letter A.", max_tokens=1, temperature=0, logprobs=True,
+                                  top_logprobs=5).response_metadata["logprobs"]["content"][0]  # fmt: skip
     token = served.choices[0].logprobs.content[0]
     assert token.token == first["token"] and len(token.top_logprobs) == 5
     assert token.top_logprobs[0].logprob == pytest.approx(values[0], abs=1e-3)
+    assert kept["token"] == token.token and [e["logprob"] for e in kept["top_logprobs"]] == pytest.approx(
+        [e.logprob for e in token.top_logprobs]
+    )

@@ -238,6 +238,8 @@ class OpenAIClientChatModel(ClientChatModel):
         llm_output = {"token_usage": usage, "model_name": response.model}
         for i, choice in enumerate(response.choices):
             meta = {"finish_reason": choice.finish_reason, "model_name": response.model}
+            if getattr(choice, "logprobs", None) is not None:  # where ChatOpenAI puts them: the choice SSA reads them
+                meta["logprobs"] = choice.logprobs.model_dump()
             tool_calls, invalid_tool_calls = _tool_calls(choice.message)
             message = AIMessage(
                 content=choice.message.content or "",
