@@ -190,6 +190,9 @@ def test_a_megabyte_of_text_extracts_quickly():
         (r"\boxed{ 7 }", "7"),
         ("-0.250", "-0.25"),
         ("x + 1.", "x+1"),
+        ("18 dollars", "18"),  # a unit goes …
+        ("4 pi", "4pi"),  # … but a word of maths stays: "4 pi" is not 4
+        ("3 squared", "3squared"),
     ],
 )
 def test_normal_forms(raw, form):
@@ -216,6 +219,7 @@ def test_equivalence_by_math_verify_and_by_numbers():
         ("2^{40}", "2^{40}+1"),
         ("(1,2)", "(2,1)"),
         ("3", "(3,4)"),
+        ("4 pi", "4"),
     ],
 )
 def test_different_answers_stay_apart(a, b):
