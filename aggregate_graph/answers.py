@@ -212,8 +212,8 @@ def stated_answer(
     return screened, None
 
 
-# A word after the number is a unit ("18 dollars"), unless it is maths: "4 pi" is not 4, nor "3 squared" 3.
-_MATH_WORDS = r"pi|sqrt|root|squared|cubed|times|over|plus|minus|log|ln|exp|sin|cos|tan"
+# A word after the number is a unit ("18 dollars", "3 times"), unless it is maths: "4 pi" is not 4, nor "3 squared" 3.
+_MATH_WORDS = r"pi|sqrt|root|squared|cubed|log|ln|exp|sin|cos|tan"
 _NUMBER_WITH_UNIT = re.compile(rf"^(-?\$?[\d,]*\.?\d+)\s+(?!(?:{_MATH_WORDS})\b)[A-Za-z]{{2,}}[A-Za-z ]*\.?$", re.I)
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +18,7 @@ from aggregate_graph.log import read_sample_sets
 from aggregate_graph.trained_folder import load_trained_aggregator
 from tests.test_training_chain import run
 from tests.training_fixtures import CHOICE_STYLE, build_tiny_qwen2, corpus, toy_sample_sets
+from training.calibrate import _Outcome, choose
 from training.grpo import rewards
 from training.targets import FORMATS
 
@@ -86,3 +88,14 @@ def test_choice_chain_build_sft_grpo_calibrate_export(tmp_path: Path) -> None:
     for a in asked:
         assert a.details["parse_status"] in ("parsed", "deferred") and a.answer is not None
         assert sum(a.details["choice_probs"].values()) == pytest.approx(1, abs=1e-3)
+
+
+def test_calibration_keeps_the_vote_when_the_model_only_agrees_with_it() -> None:
+    """A model that picks the vote's answer on every set gains nothing: the threshold stays 1.0 (always the vote),
+    though 354/477 as np.mean and as a division differ in the last bits."""
+    agree = _Outcome({"x": -0.1, "y": -3.0}, {"x": 0.6, "y": 0.4}, {"x": True, "y": False}, True, True)
+    wrong = _Outcome({"x": -0.1, "y": -3.0}, {"x": 0.6, "y": 0.4}, {"x": False, "y": False}, False, False)
+    rows = {"one model": [agree] * 354 + [wrong] * 123}
+    assert 100 * np.mean([o.vote_right for o in rows["one model"]]) != 100 * 354 / 477  # the float trap is real
+    threshold, table = choose(rows, temperature=1.0, vote_weight=0.0)
+    assert threshold == 1.0 and table["one model"]["calibrated"] == pytest.approx(table["one model"]["vote"])

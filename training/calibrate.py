@@ -126,7 +126,10 @@ def choose(
     votes = {name: 100.0 * np.mean([o.vote_right for o in outs]) for name, outs in rows.items()}
     best, best_gain = 1.0, 0.0
     for threshold in THRESHOLDS:
-        gains = [accuracy(outs, temperature, threshold, vote_weight) - votes[name] for name, outs in rows.items()]
+        # Rounded: the two percentages of one count differ in the last bits (np.mean vs a division), and a
+        # 2e-14 "gain" must not pick a threshold over always-the-vote.
+        gains = [round(accuracy(outs, temperature, threshold, vote_weight) - votes[name], 9)
+                 for name, outs in rows.items()]  # fmt: skip
         if min(gains) >= 0 and float(np.mean(gains)) > best_gain:
             best, best_gain = threshold, float(np.mean(gains))
     table = {

@@ -2,8 +2,8 @@
 
 A user sampling one model n times has one source, so per-source weights say nothing; but the candidates still
 differ in how they reached their answer, and that predicts whether they are right. Measured on the unreserved
-Faithful-CoT problems (6 LMs × 5 prompts, fit on the train problems): a bare answer is right 23% of the time, a
-numbered sub-question walk-through 47%, prose reasoning 62%, a program 68%. `WeightedVote` learns a weight per
+Faithful-CoT and GPT-3 problems (the shipped SSA's train problems): a bare answer is right 23% of the time, a
+numbered sub-question walk-through 47%, prose reasoning 52%, a program 68%. `WeightedVote` learns a weight per
 kind (`fit`) and gives it to every candidate whose source it does not know.
 """
 
@@ -14,10 +14,11 @@ import re
 from aggregate_graph.sample_set import Candidate
 
 KINDS = ("bare", "steps", "prose", "code", "commented_code")
-_ASSIGNMENT = re.compile(r"^\s*[A-Za-z_]\w*\s*=\s*\S", re.M)  # `total = 3 * 4`: a line of a program
+# [ \t]*, not \s*: at each line start \s* would run on across blank lines (quadratic on a text of blank lines).
+_ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_]\w*[ \t]*=[ \t]*\S", re.M)  # `total = 3 * 4`: a line of a program
 PROGRAM_SHARE = 0.6
-_COMMENT = re.compile(r"^\s*#", re.M)
-_SUB_QUESTION = re.compile(r"^\s*Q\d+[.:]", re.M)  # least-to-most's "Q1. How many …?"
+_COMMENT = re.compile(r"^[ \t]*#", re.M)
+_SUB_QUESTION = re.compile(r"^[ \t]*Q\d+[.:]", re.M)  # least-to-most's "Q1. How many …?"
 
 
 def shows_work(candidate: Candidate) -> bool:
