@@ -57,6 +57,7 @@ bench: install
 	$(BIN)/python benchmarks/aggregator.py
 	$(BIN)/python benchmarks/proxy_load.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
+	$(BIN)/python benchmarks/content_kinds.py
 	$(BIN)/python benchmarks/first_run.py
 
 bench-vllm: install vllm-env   # the shipped SSA served by vLLM against in-process, on this machine
