@@ -61,10 +61,18 @@ class _Ballot:
     gold_class: int | None  # None: no gold, or no class is right
 
 
-def _ballots(
-    sample_sets: Iterable[SampleSet], key: Callable[[Candidate], str] = source_of
-) -> tuple[list[_Ballot], bool]:
-    ballots, labelled = [], False
+@dataclass
+class _Grouped:
+    """One sample set's voters in answer classes, and which class is gold: grouping calls math-verify, so it is
+    done once, then keyed by source and by content kind (`_ballots`)."""
+
+    classes: list[list[Candidate]]
+    labelled: bool
+    gold_class: int | None
+
+
+def _grouped(sample_sets: Iterable[SampleSet]) -> list[_Grouped]:
+    grouped = []
     for sample_set in sample_sets:
         voters = [c for c in sample_set.candidates if is_voter(c)]  # abstentions do not vote, nor train
         if not voters:
@@ -72,11 +80,13 @@ def _ballots(
         classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
         gold_class = None
         if sample_set.gold is not None:
-            labelled = True
             gold_class = next((i for i, cls in enumerate(classes) if equivalent(cls[0].answer, sample_set.gold)), None)
-        sources = [[key(c) for c in cls] for cls in classes]
-        ballots.append(_Ballot(sources, sample_set.gold is not None, gold_class))
-    return ballots, labelled
+        grouped.append(_Grouped(classes, sample_set.gold is not None, gold_class))
+    return grouped
+
+
+def _ballots(grouped: list[_Grouped], key: Callable[[Candidate], str] = source_of) -> list[_Ballot]:
+    return [_Ballot([[key(c) for c in cls] for cls in g.classes], g.labelled, g.gold_class) for g in grouped]
 
 
 def _accuracies(ballots: list[_Ballot], credit: list[list[float]]) -> dict[str, tuple[float, int]]:
@@ -152,15 +162,15 @@ class WeightedVote(MajorityVote):
         `kinds`, the same per content kind, for the candidates of sources the fit never saw."""
         if spread <= 0:
             raise ValueError(f"spread must be positive, got {spread}")
-        sample_sets = list(sample_sets)
-        ballots, labelled = _ballots(sample_sets)
-        if not ballots:
+        grouped = _grouped(sample_sets)
+        if not grouped:
             raise ValueError("no sample set has a candidate with an answer: nothing to fit")
+        ballots, labelled = _ballots(grouped), any(g.labelled for g in grouped)
         supervised = labelled if supervised is None else supervised
         if supervised and not labelled:
             raise ValueError("supervised fitting needs sample sets with `gold`")
         accuracy = _reliability(ballots, supervised, spread, iterations)
-        by_kind = _reliability(_ballots(sample_sets, content_kind)[0], supervised, spread, iterations) if kinds else {}
+        by_kind = _reliability(_ballots(grouped, content_kind), supervised, spread, iterations) if kinds else {}
         votes = sum(n for _, n in accuracy.values())
         pooled = sum(p * n for p, n in accuracy.values()) / votes
         return cls(
