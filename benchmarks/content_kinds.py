@@ -19,12 +19,7 @@ from aggregate_graph.aggregators import MajorityVote, WeightedVote
 from aggregate_graph.aggregators.kinds import KINDS, content_kind
 from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import is_reserved, load_faithful_cot
-from aggregate_graph.sample_set import SampleSet
-from training.data import anonymised
-
-
-def own(sample_set: SampleSet, lm: str) -> SampleSet:
-    return anonymised(sample_set.model_copy(update={"candidates": [c for c in sample_set.candidates if c.model == lm]}))
+from training.data import one_model
 
 
 def main() -> int:
@@ -42,7 +37,7 @@ def main() -> int:
         vote = WeightedVote.fit(halves[1 - half])
         for sample_set in halves[half]:
             for lm in lms:
-                mine = own(sample_set, lm)
+                mine = one_model(sample_set, lm)
                 if not mine.candidates:
                     continue
                 right[lm][0] += equivalent(vote.invoke(mine).answer, sample_set.gold)

@@ -30,7 +30,7 @@ from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.answers import equivalent
 from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
 from training.build import split_problems
-from training.data import anonymised, load_sample_sets, problem_key
+from training.data import load_sample_sets, one_model, problem_key
 from training.evaluate import subset
 
 K = 5
@@ -47,8 +47,7 @@ def validation_draws(count: int, seed: int = 0) -> dict[str, list[SampleSet]]:
     faithful = [s for s in sets if problem_key(s) in held_out and s.metadata.get("source") == "faithful_cot_gsm8k"]
     rng = random.Random(seed)
     chosen = rng.sample(faithful, count)
-    one_lm = [anonymised(s.model_copy(update={"candidates": [c for c in s.candidates if c.model == "code002"]}))
-              for s in chosen]  # fmt: skip
+    one_lm = [one_model(s, "code002") for s in chosen]
     return {
         "code002 ×5, anonymised": [subset(s, K, rng, True) for s in one_lm],
         "30-config pool, k=5": [subset(s, K, rng, True) for s in chosen],

@@ -16,7 +16,7 @@ from aggregate_graph.aggregators.kinds import content_kind
 from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
 from training.cli import main as train_cli
-from training.data import anonymised
+from training.data import one_model
 from training.report import ReportConfig, report
 
 
@@ -176,8 +176,7 @@ def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
     vote = WeightedVote.fit(sets[:700])
     gains = []
     for lm in ("code002", "text002", "text003", "gpt-3.5-turbo"):
-        own = [anonymised(s.model_copy(update={"candidates": [c for c in s.candidates if c.model == lm]}))
-               for s in sets[700:850]]  # fmt: skip
+        own = [one_model(s, lm) for s in sets[700:850]]
         assert all(vote.weight_of(c) in vote.kind_weights.values() for c in own[0].candidates)
         gains.append(_accuracy(vote, own) - _accuracy(MajorityVote(), own))
     assert sum(gains) / len(gains) >= 3 and min(gains[:3]) >= 2 and gains[3] >= -3, gains

@@ -28,7 +28,7 @@ from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.pools import is_reserved, reserved_questions
 from aggregate_graph.trained_folder import AGGREGATOR_FILE, load_trained_aggregator
-from training.data import anonymised, write_json
+from training.data import one_model, write_json
 from training.evaluate import subset
 from training.export import base_model_of
 
@@ -72,8 +72,8 @@ def rows_of(sets: list[SampleSet], config: CalibrateConfig, rng: random.Random) 
     candidates with sources anonymised; per pool, its mixed-source sets."""
     rows: dict[str, list[SampleSet]] = {}
     for lm in config.lms:
-        own = [s.model_copy(update={"candidates": [c for c in s.candidates if c.model == lm]}) for s in sets]
-        rows[f"{lm}, anonymised"] = [subset(anonymised(s), config.k, rng, True) for _ in range(config.draws)
+        own = [one_model(s, lm) for s in sets]
+        rows[f"{lm}, anonymised"] = [subset(s, config.k, rng, True) for _ in range(config.draws)
                                      for s in own if len(s.candidates) > 1]  # fmt: skip
     for source in sorted({str(s.metadata.get("source", "sets")) for s in sets}):
         mixed = [

@@ -69,6 +69,12 @@ def anonymised(sample_set: SampleSet) -> SampleSet:
     return sample_set.model_copy(update={"candidates": hidden})
 
 
+def one_model(sample_set: SampleSet, model: str) -> SampleSet:
+    """Only `model`'s candidates, anonymised: a user sampling that one model n times."""
+    own = [c for c in sample_set.candidates if c.model == model]
+    return anonymised(sample_set.model_copy(update={"candidates": own}))
+
+
 def problem_key(sample_set: SampleSet) -> str:
     """What identifies a problem across sample sets: the question text (the flywheel logs the same problem under
     many set ids, so ids cannot keep a problem out of both sides of a split)."""
