@@ -13,6 +13,7 @@ import pytest
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, WeightedVote, source_of
 from aggregate_graph.aggregators.kinds import content_kind
+from aggregate_graph.aggregators.weighted import MIN_WEIGHT
 from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
 from training.cli import main as train_cli
@@ -48,6 +49,17 @@ def test_learned_weights_overrule_an_unreliable_majority(gold: bool) -> None:
     assert MajorityVote().invoke(OUTVOTED).answer == "8"
     result = vote.invoke(OUTVOTED)
     assert result.answer == "7" and result.method == "weighted" and result.support == [0]
+
+
+@pytest.mark.parametrize("gold", [True, False], ids=["supervised", "unsupervised"])
+def test_a_source_worse_than_chance_still_votes_for_its_most_common_answer(gold: bool) -> None:
+    """`noisy_b` is always wrong: its log-odds are negative, and unfloored, a set of its samples alone would vote
+    for the answer it gave least often."""
+    vote = WeightedVote.fit(history(gold=gold))
+    assert vote.source_weights["noisy_b"] == MIN_WEIGHT
+    alone = SampleSet(question="q", candidates=[
+        Candidate(index=i, text=f"#### {a}", answer=a, model="noisy_b") for i, a in enumerate("334")])  # fmt: skip
+    assert vote.invoke(alone).answer == "3"
 
 
 def test_supervision_is_chosen_by_gold_and_can_be_forced() -> None:
@@ -100,6 +112,32 @@ def test_unseen_sources_are_weighed_by_what_their_work_looks_like(tmp_path: Path
     assert vote.invoke(all_bare).answer == "5"
     without_kinds = WeightedVote.fit(sets, kinds=False)
     assert without_kinds.kind_weights == {} and without_kinds.invoke(one_model).answer == "5"
+
+
+def program(answer: str) -> str:
+    return f"bags = 3\napples_per_bag = 4\nanswer = {answer}"
+
+
+def test_prose_and_programs_share_one_weight() -> None:
+    """Programs right more often than prose in fitting still weigh the same: a tie between one model's prose and
+    its program is majority's (the first candidate's), which a strong LM's programs do not beat."""
+    sets = []
+    for p in range(40):  # programs right 90% of the time, prose 60%, bare answers 20%
+        texts = [(program(str(p) if p % 10 else "-1"), "code"), (worked(str(p) if p % 5 < 3 else "-2"), "prose"),
+                 (f"The answer is {p if p % 5 == 0 else -3}.", "bare")]  # fmt: skip
+        sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
+            Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model="logged")
+            for i, (t, _) in enumerate(texts)]))  # fmt: skip
+    assert [content_kind(c) for c in sets[1].candidates] == ["code", "prose", "bare"]
+    vote = WeightedVote.fit(sets)
+    w = vote.kind_weights
+    assert w["code"] == w["commented_code"] == w["prose"] > 1 > w["bare"] > 0
+    assert vote.kind_reliability["prose"] == pytest.approx((36 + 24 + 1) / (80 + 2))  # pooled, with the Beta prior
+    for first, second in ((program("7"), worked("5")), (worked("5"), program("7"))):
+        tie = SampleSet(question="q", candidates=[
+            Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model="mine")
+            for i, t in enumerate((first, second, "The answer is 9."))])  # fmt: skip
+        assert vote.invoke(tie).answer == MajorityVote().invoke(tie).answer == first.split()[-1].rstrip(".")
 
 
 def test_content_kinds_of_real_solutions() -> None:
@@ -169,9 +207,9 @@ def test_on_real_llm_samples_the_learned_vote_beats_majority() -> None:
 
 def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
     """Each LM's own five candidates with sources anonymised (a user's one model, n samples): the kind weights
-    fit on 700 unreserved problems beat majority on 150 others, on average over the four LMs of the acceptance.
-    Not on each: gpt-3.5-turbo's prose and sub-question solutions are as often right as its programs, so weights
-    pooled over LMs that favour programs cost it a point or two (the SSA model's reading is what can recover it)."""
+    fit on 700 unreserved problems beat majority on 150 others by 3 points on average over the four LMs of the
+    acceptance, and no LM falls more than a point below it: gpt-3.5-turbo, whose prose is as often right as its
+    programs, lost 1.3 points to majority (cross-fit) while the two were weighed apart."""
     sets = [s for s in load_faithful_cot() if not is_reserved(s)]
     vote = WeightedVote.fit(sets[:700])
     gains = []
@@ -179,7 +217,7 @@ def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
         own = [one_model(s, lm) for s in sets[700:850]]
         assert all(vote.weight_of(c) in vote.kind_weights.values() for c in own[0].candidates)
         gains.append(_accuracy(vote, own) - _accuracy(MajorityVote(), own))
-    assert sum(gains) / len(gains) >= 3 and min(gains[:3]) >= 2 and gains[3] >= -3, gains
+    assert sum(gains) / len(gains) >= 3 and min(gains[:3]) >= 2 and gains[3] >= -1, gains
 
 
 def test_weights_step_fits_from_a_runtime_log_without_labels(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
