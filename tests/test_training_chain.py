@@ -177,8 +177,9 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     adapter = tmp_path / "adapter"
     run("export", checkpoint=grpo_dir, output_dir=adapter, merge=False)
     assert f"serve-aggregator {base} --adapter {adapter}" in (adapter / "README.md").read_text()
-    local = LocalChatModel(model_path=str(base), adapter_path=str(adapter), temperature=0, max_new_tokens=48,
-                           dtype="float32")  # a token-exact decode: bfloat16 rounding may tip it
+    local = LocalChatModel(
+        model_path=str(base), adapter_path=str(adapter), temperature=0, max_new_tokens=48, dtype="float32"
+    )  # a token-exact decode: bfloat16 rounding may tip it
     validation = list(read_sample_sets(data / "validation_sets.jsonl"))
     reply = SSAAggregator(local, k=5).invoke(validation[0])
     assert parse_ssa_output(reply.details["raw_output"]).status == "parsed", reply.details["raw_output"]
