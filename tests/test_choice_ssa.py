@@ -114,6 +114,10 @@ def test_unsure_defers_to_the_vote_and_says_so() -> None:
     certain = {"B": 0.0, "A": -50.0}  # threshold 1 is "always the vote", even for a probability that rounds to 1
     always = SSAChoiceAggregator(scripted(reply("B", certain)), threshold=1.0).invoke(sample_set("18", "18", "20"))
     assert always.answer == "18" and always.details["deferred"] is True
+    unscored = SSAChoiceAggregator(scripted(reply("B", None)), threshold=1.0).invoke(sample_set("18", "18", "20"))
+    assert unscored.answer == "18" and unscored.details["deferred"] is True  # a server without log-probabilities
+    written = SSAChoiceAggregator(scripted(reply("B", None)), threshold=0.9).invoke(sample_set("18", "18", "20"))
+    assert written.answer == "20" and written.details["confidence"] is None  # below 1: the letter it wrote
     # a temperature above 1 softens the model's probabilities (what calibration fits on validation)
     assert choice_distribution({"A": 0.0, "B": -2.0}, 2.0)["A"] == pytest.approx(1 / (1 + math.exp(-1)))
 

@@ -46,10 +46,11 @@ def test_the_shipped_folder_is_small_and_records_how_it_renders() -> None:
 
 def test_the_shipped_vote_weighs_unknown_sources_by_content_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     """Your own model's candidates are sources the shipped weights never saw: they vote by what their work looks
-    like (fit on the training problems), a program over prose over numbered sub-questions over a bare answer."""
+    like (fit on the training problems): worked prose or a program over numbered sub-questions over a bare answer."""
     vote = WeightedVote.load(SHIPPED_SSA / "weights.json")
     w = vote.kind_weights
-    assert set(w) == set(KINDS) and min(w["code"], w["commented_code"]) > w["prose"] > w["steps"] > w["bare"] > 0
+    assert set(w) == set(KINDS) and w["code"] == w["commented_code"] == w["prose"] > w["steps"] > w["bare"] > 0
+    assert min(vote.source_weights.values()) > 0  # a source worse than chance still counts for its own answer
     worked = "She buys 3 bags of 4 apples.\nSo she has 3 * 4 = 12 apples.\nThe answer is 12."
     mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked, "12")]
     one_model = SampleSet(question="q", candidates=[
@@ -75,7 +76,8 @@ def test_shipped_ssa_decides_real_sets_with_calibrated_choices(smollm2_dir: Path
         assert result.details["parse_status"] in ("parsed", "deferred"), result.details
         probs = result.details["choice_probs"]
         assert sum(probs.values()) == pytest.approx(1, abs=1e-3) and result.details["choice"] in probs
-        assert result.details["deferred"] == (result.details["confidence"] < aggregator.threshold)
+        confident = result.details["confidence"] >= aggregator.threshold and aggregator.threshold < 1  # 1: the vote
+        assert result.details["deferred"] is not confident
         assert result.usage is not None and result.usage.completion_tokens <= 2
     assert asked >= 4  # the demo's sets disagree: most reach the model
 

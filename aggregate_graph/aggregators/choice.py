@@ -225,7 +225,8 @@ class SSAChoiceAggregator(LLMAggregator):
             "choice_logprobs": {answer_of[k]: v for k, v in logprobs.items()} if logprobs else None,
             "vote_shares": {answer_of[k]: v for k, v in shares.items()},
         }
-        if confidence is not None and (confidence < self.threshold or self.threshold >= 1):  # 1: always the vote
+        # 1: always the vote, whether or not the server gave log-probabilities (without them, the letter it wrote)
+        if self.threshold >= 1 or (confidence is not None and confidence < self.threshold):
             return Decision(None, "", "deferred", details | {"deferred": True})
         backing = shown[groups[letters.index(chosen)][0]]
         return Decision(answer_of[chosen], backing.text, "parsed", details | {"deferred": False})
