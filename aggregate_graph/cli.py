@@ -131,7 +131,9 @@ def _show(sample_set: SampleSet, out: Any) -> None:
         print(f"Tie between {agg.tie}: broken by candidate order", file=out)
     if probs := agg.details.get("choice_probs"):  # the choice SSA's calibrated probabilities over the answers
         shown = ", ".join(f"{a}: {p:.0%}" for a, p in sorted(probs.items(), key=lambda kv: -kv[1]))
-        verdict = "unsure, so the vote decided" if agg.details.get("deferred") else "its pick decided"
+        verdict = "its pick decided"
+        if agg.details.get("deferred"):  # threshold 1: calibrated never to override the vote
+            verdict = "the vote decided" if agg.details.get("threshold", 0) >= 1 else "unsure, so the vote decided"
         print(f"Aggregator model: {shown} ({verdict})", file=out)
     elif agg.details.get("skipped") == "unanimous":
         print("Aggregator model not asked: one answer among the candidates", file=out)

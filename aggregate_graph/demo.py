@@ -97,9 +97,12 @@ def run_demo(sample_sets: Sequence[SampleSet], aggregators: Mapping[str, Runnabl
             status, fallback = result.details.get("parse_status"), result.details.get("fallback")
             if status == "skipped":
                 note += ", one answer: the model was not asked"
+            elif status == "deferred" and result.details.get("threshold", 0) >= 1:
+                note += f", {fallback} decided (threshold 1: the vote always does)"
             elif status == "deferred":
-                unsure = f"{result.details['confidence']:.0%} on {result.details['choice']}"
-                note += f", model unsure ({unsure}): {fallback} decided"
+                confidence = result.details.get("confidence")
+                unsure = "no log-probabilities" if confidence is None else f"{confidence:.0%}"
+                note += f", model unsure ({unsure} on {result.details['choice']}): {fallback} decided"
             elif fallback:
                 note += f", model output unusable: fell back to {fallback}"
             if probs := result.details.get("choice_probs"):
