@@ -4,8 +4,9 @@ model), cross-fit over the unreserved Faithful-CoT problems: two halves, each sc
     python benchmarks/content_kinds.py [--seed 1]
 
 Prints, per LM, majority vote's accuracy, the kinds' vote's gain over it, and how often each kind is right, so the
-gain can be read against the kinds' reliabilities (the vote weighs prose and programs alike: a strong LM's prose is
-as good as its programs, a weak LM's is not). The reserved problems (GSM8K test id % 5 == 0) are never read.
+gain can be read against the kinds' reliabilities (the vote weighs all work without an arithmetic slip alike: a
+strong LM's prose is as good as its programs, a weak LM's is not; work with a slip is nearly always wrong). The
+reserved problems (GSM8K test id % 5 == 0) are never read.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@
 `load_aggregator("ssa")` is the shipped SSA (a LoRA adapter on the embedded SmolLM2-135M) run in-process;
 with `--base-url` it is an `SSAAggregator` over the same adapter served elsewhere (vLLM or the local engine),
 rendering with the shipped settings. Candidates come from a scripted OpenAI-compatible server: two solve the
-problem, three make the same visible slip (48 + 24 = 82). It prints each candidate, what the aggregator read
-and wrote, its pick next to majority vote's, and whether each pick is right. Whatever the SSA picks is reported
-as it is: a 135M model does not always see the slip, and it weighs the vote split it is shown.
+problem, three make the same visible slip (48 + 24 = 82). The shipped vote weights count work with an arithmetic
+slip least, so the options the model is shown put 72 first (weighted 92%). It prints each candidate, what the
+aggregator read and wrote, its pick next to majority vote's, and whether each pick is right. Whatever the SSA
+picks is reported as it is: a served model without log-probabilities gives no confidence, so its letter decides.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from aggregate_graph import SampleSet, checkpoint_serde
+from aggregate_graph.trained_folder import SHIPPED_SSA
 from examples import math_tutor, openai_script, proxy_client, react_agent, trained_aggregator
 from tests.conftest import chat
 
@@ -201,17 +203,19 @@ def test_proxy_client_uses_an_unmodified_openai_client(capsys):
 
 
 def test_trained_aggregator_over_a_served_ssa(serve, capsys):
-    ssa = serve(["B"])  # option B: 72, the minority's answer (A is the plurality's 82)
+    ssa = serve(["B"])  # option B: 82, the plurality's answer; A is the vote's 72
     sample_set = trained_aggregator.main(["--base-url", ssa.base_url])
     agg = sample_set.aggregation
-    # The shipped calibration's threshold is 1.0 (the model never beat the vote on validation): the letter it
-    # wrote is recorded, and the vote decides.
-    assert agg.method == "ssa" and agg.details["raw_output"] == "B" and agg.details["deferred"] is True
-    assert agg.answer == "82" and agg.support == [0, 2, 4]
+    # The three 82s slip (48 + 24 = 82): the shipped weights count slipped work least, so the vote the model is
+    # shown puts 72 first. A server without log-probabilities gives no confidence: below threshold 1, the letter
+    # it wrote decides, here the wrong one.
+    assert json.loads((SHIPPED_SSA / "aggregator.json").read_text())["threshold"] < 1
+    assert agg.method == "ssa" and agg.details["raw_output"] == "B" and agg.details["deferred"] is False
+    assert agg.answer == "82" and agg.support == [0, 2, 4] and agg.details["confidence"] is None
     request = ssa.requests[0]
     prompt = request["messages"][-1]["content"]
     assert trained_aggregator.QUESTION[:40] in prompt and "Final: 82" in prompt  # the shipped SSA's rendering
-    assert "A) 82: solutions 1, 3, 5 (3 of 5" in prompt and "B) 72: solutions 2, 4 (2 of 5" in prompt
+    assert "A) 72: solutions 2, 4 (2 of 5, weighted 92%" in prompt and "B) 82: solutions 1, 3, 5 (3 of 5" in prompt
     limit = request.get("max_completion_tokens", request.get("max_tokens"))  # langchain-openai sends the former
     assert limit == 1 and request["logprobs"] is True  # one letter, and its probabilities
     printed = capsys.readouterr().out

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from aggregate_graph import Candidate, SampleSet
-from aggregate_graph.aggregators import SSAChoiceAggregator, SSAStyle, WeightedVote
+from aggregate_graph.aggregators import MajorityVote, SSAChoiceAggregator, SSAStyle, WeightedVote
 from aggregate_graph.aggregators.kinds import KINDS
+from aggregate_graph.aggregators.weighted import MIN_WEIGHT
 from aggregate_graph.answers import equivalent
 from aggregate_graph.demo import load_demo_sets
 from aggregate_graph.demo import main as demo_main
@@ -46,16 +47,23 @@ def test_the_shipped_folder_is_small_and_records_how_it_renders() -> None:
 
 def test_the_shipped_vote_weighs_unknown_sources_by_content_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     """Your own model's candidates are sources the shipped weights never saw: they vote by what their work looks
-    like (fit on the training problems): worked prose or a program over numbered sub-questions over a bare answer."""
+    like (fit on the training problems): work whose equations hold — prose, a program or numbered sub-questions
+    alike — over work with an arithmetic slip and over a bare answer."""
     vote = WeightedVote.load(SHIPPED_SSA / "weights.json")
     w = vote.kind_weights
-    assert set(w) == set(KINDS) and w["code"] == w["commented_code"] == w["prose"] > w["steps"] > w["bare"] > 0
+    assert set(w) == set(KINDS) and w["code"] == w["commented_code"] == w["prose"] == w["steps"] > 1
+    assert w["bare"] == w["slipped"] == MIN_WEIGHT
     assert min(vote.source_weights.values()) > 0  # a source worse than chance still counts for its own answer
     worked = "She buys 3 bags of 4 apples.\nSo she has 3 * 4 = 12 apples.\nThe answer is 12."
     mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked, "12")]
     one_model = SampleSet(question="q", candidates=[
         Candidate(index=i, text=t, answer=a, model="my-model") for i, (t, a) in enumerate(mine)])  # fmt: skip
     assert vote.invoke(one_model).answer == "12"
+    slipped = worked.replace("3 * 4 = 12", "3 * 4 = 13").replace("is 12", "is 13")
+    sloppy = SampleSet(question="q", candidates=[
+        Candidate(index=i, text=t, answer=a, model="my-model")
+        for i, (t, a) in enumerate([(slipped, "13"), (slipped, "13"), (worked, "12")])])  # fmt: skip
+    assert MajorityVote().invoke(sloppy).answer == "13" and vote.invoke(sloppy).answer == "12"
     # dtype="auto" takes bfloat16 only where the CPU computes it natively; a process held to AVX2 does not.
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     assert not cpu_has_bf16()

@@ -131,7 +131,7 @@ def test_prose_and_programs_share_one_weight() -> None:
     assert [content_kind(c) for c in sets[1].candidates] == ["code", "prose", "bare"]
     vote = WeightedVote.fit(sets)
     w = vote.kind_weights
-    assert w["code"] == w["commented_code"] == w["prose"] > 1 > w["bare"] > 0
+    assert w["code"] == w["commented_code"] == w["prose"] == w["steps"] > 1 > w["bare"] > 0
     assert vote.kind_reliability["prose"] == pytest.approx((36 + 24 + 1) / (80 + 2))  # pooled, with the Beta prior
     for first, second in ((program("7"), worked("5")), (worked("5"), program("7"))):
         tie = SampleSet(question="q", candidates=[
@@ -140,13 +140,45 @@ def test_prose_and_programs_share_one_weight() -> None:
         assert vote.invoke(tie).answer == MajorityVote().invoke(tie).answer == first.split()[-1].rstrip(".")
 
 
+def test_slipped_work_weighs_as_slipped_work_whatever_its_source(tmp_path: Path) -> None:
+    """Work with a false equation is nearly always wrong, from a reliable source too: each source is fit on its
+    work without slips, and a slip weighs as the `slipped` kind; a file fit before the kind existed weighs the
+    work by its look."""
+    sets = []
+    for p in range(40):  # `careful` is right; `sloppy` slips and is wrong, or is right without a slip
+        slips = p % 2 == 0
+        texts = {"careful": worked(str(p)), "sloppy": slipped_work(str(900 + p)) if slips else worked(str(p)),
+                 "bare": f"The answer is {900 + p}."}  # fmt: skip
+        sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
+            Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model=m)
+            for i, (m, t) in enumerate(texts.items())]))  # fmt: skip
+    vote = WeightedVote.fit(sets)
+    assert vote.reliability["sloppy"] > 0.9 and vote.kind_weights["slipped"] == MIN_WEIGHT  # fit on its clean work
+    outvoted = SampleSet(question="q", candidates=[
+        Candidate(index=0, text=slipped_work("5"), answer="5", model="sloppy"),
+        Candidate(index=1, text=worked("6"), answer="6", model="my-own-model")])  # fmt: skip
+    assert vote.weight_of(outvoted.candidates[0]) == MIN_WEIGHT and vote.invoke(outvoted).answer == "6"
+    before = vote.to_dict()
+    del before["kinds"]["slipped"]
+    (tmp_path / "before.json").write_text(json.dumps(before), encoding="utf-8")
+    old = WeightedVote.load(tmp_path / "before.json")
+    assert old.weight_of(outvoted.candidates[0]) == old.source_weights["sloppy"]
+    assert old.weight_of(outvoted.candidates[0].model_copy(update={"model": "x"})) == old.kind_weights["prose"]
+
+
+def slipped_work(answer: str) -> str:
+    return f"She buys 3 bags of 4 apples each.\nSo she has 3 * 4 = 13 apples.\nThe answer is {answer}."
+
+
 def test_content_kinds_of_real_solutions() -> None:
     """Each Faithful-CoT prompt's solutions (code002, unreserved problems) are mostly of the kind its prompt asks
-    for: a bare answer, prose, numbered sub-questions, a program, a commented program."""
+    for: a bare answer, prose, numbered sub-questions, a program, a commented program (slips aside: a third of
+    code002's sub-question walk-throughs have one)."""
     expected = {"standard": "bare", "COT": "prose", "LtM": "steps", "noNL": "code", "NL+SL": "commented_code"}
     sets = [s for s in load_faithful_cot([f"code002_{p}" for p in expected]) if not is_reserved(s)][:200]
     for prompt, kind in expected.items():
-        kinds = [content_kind(c) for s in sets for c in s.candidates if c.params.get("prompt") == prompt]
+        kinds = [content_kind(c, check_arithmetic=False) for s in sets for c in s.candidates
+                 if c.params.get("prompt") == prompt]  # fmt: skip
         assert len(kinds) >= 150 and kinds.count(kind) / len(kinds) >= 0.9, (prompt, Counter(kinds).most_common(3))
 
 
@@ -207,9 +239,10 @@ def test_on_real_llm_samples_the_learned_vote_beats_majority() -> None:
 
 def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
     """Each LM's own five candidates with sources anonymised (a user's one model, n samples): the kind weights
-    fit on 700 unreserved problems beat majority on 150 others by 3 points on average over the four LMs of the
-    acceptance, and no LM falls more than a point below it: gpt-3.5-turbo, whose prose is as often right as its
-    programs, lost 1.3 points to majority (cross-fit) while the two were weighed apart."""
+    fit on 700 unreserved problems beat majority on 150 others by 4 points on average over the four LMs of the
+    acceptance, and none falls below it: gpt-3.5-turbo, whose prose is as often right as its programs, lost 1.3
+    points to majority (cross-fit) while the two were weighed apart, and gained once slipped work was its own kind
+    (measured: +5.3, +5.3, +6.0, +0.7)."""
     sets = [s for s in load_faithful_cot() if not is_reserved(s)]
     vote = WeightedVote.fit(sets[:700])
     gains = []
@@ -217,7 +250,7 @@ def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
         own = [one_model(s, lm) for s in sets[700:850]]
         assert all(vote.weight_of(c) in vote.kind_weights.values() for c in own[0].candidates)
         gains.append(_accuracy(vote, own) - _accuracy(MajorityVote(), own))
-    assert sum(gains) / len(gains) >= 3 and min(gains[:3]) >= 2 and gains[3] >= -1, gains
+    assert sum(gains) / len(gains) >= 4 and min(gains[:3]) >= 4 and gains[3] >= 0, gains
 
 
 def test_weights_step_fits_from_a_runtime_log_without_labels(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -7,10 +7,10 @@ true answer of each set is the latent variable). Both give the same vote weight,
 `log(spread · p / (1 − p))`, which is the optimal weight for independent voters under that model (kept positive:
 `MIN_WEIGHT`).
 
-The same fit, keyed by each candidate's *content kind* (`kinds.content_kind`: a bare answer, sub-questions, prose
-or a program, the last two weighed alike) instead of its source, weighs the candidates whose source it never saw —
-a user's own model sampled n times, where every candidate has the same unknown source and only what the text
-looks like tells them apart.
+The same fit, keyed by each candidate's *content kind* (`kinds.content_kind`: a bare answer, work with an
+arithmetic slip, or work whose equations hold — sub-questions, prose or a program, weighed alike) instead of its
+source, weighs the candidates whose source it never saw — a user's own model sampled n times, where every
+candidate has the same unknown source and only what the text looks like tells them apart.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from aggregate_graph.aggregators.kinds import KINDS, VOTE_CLASS, content_kind, vote_class
+from aggregate_graph.aggregators.kinds import KINDS, SLIPPED, VOTE_CLASS, content_kind, vote_class
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.registry import register
@@ -89,6 +89,13 @@ def _grouped(sample_sets: Iterable[SampleSet]) -> list[_Grouped]:
     return grouped
 
 
+_SLIPPED_VOTER = "(slipped work)"  # never a source's name: `source_of` gives `model` or `model[params]`
+
+
+def _source_unless_slipped(candidate: Candidate) -> str:
+    return _SLIPPED_VOTER if content_kind(candidate) == SLIPPED else source_of(candidate)
+
+
 def _ballots(grouped: list[_Grouped], key: Callable[[Candidate], str] = source_of) -> list[_Ballot]:
     return [_Ballot([[key(c) for c in cls] for cls in g.classes], g.labelled, g.gold_class) for g in grouped]
 
@@ -145,10 +152,16 @@ class WeightedVote(MajorityVote):
         super().__init__(weights=self.weight_of)
 
     def weight_of(self, candidate: Candidate) -> float:
-        """The candidate's source's weight; for a source never seen, its content kind's; else the default."""
+        """Work with an arithmetic slip weighs as `slipped` work does, whatever its source; otherwise the
+        candidate's source's weight; for a source never seen, its content kind's; else the default."""
+        kind = content_kind(candidate) if self.kind_weights else None
+        if kind == SLIPPED and SLIPPED in self.kind_weights:
+            return self.kind_weights[SLIPPED]
         weight = self.source_weights.get(source_of(candidate))
-        if weight is None and self.kind_weights:
-            weight = self.kind_weights.get(content_kind(candidate))
+        if weight is None and kind is not None:
+            if kind not in self.kind_weights:  # a file fit before `slipped` was a kind: weigh the work as it looks
+                kind = content_kind(candidate, check_arithmetic=False)
+            weight = self.kind_weights.get(kind)
         return self.default_weight if weight is None else weight
 
     @classmethod
@@ -170,11 +183,14 @@ class WeightedVote(MajorityVote):
         grouped = _grouped(sample_sets)
         if not grouped:
             raise ValueError("no sample set has a candidate with an answer: nothing to fit")
-        ballots, labelled = _ballots(grouped), any(g.labelled for g in grouped)
+        labelled = any(g.labelled for g in grouped)
         supervised = labelled if supervised is None else supervised
         if supervised and not labelled:
             raise ValueError("supervised fitting needs sample sets with `gold`")
-        accuracy = _reliability(ballots, supervised, spread, iterations)
+        # with kinds, slipped work votes as its kind (`weight_of`): each source is fit on the rest of its work
+        accuracy = _reliability(_ballots(grouped, _source_unless_slipped if kinds else source_of), supervised, spread,
+                                iterations)  # fmt: skip
+        accuracy.pop(_SLIPPED_VOTER, None)
         # fit per vote class (prose and programs as one: `kinds.VOTE_CLASS`), kept per kind for `weight_of`
         by_class = _reliability(_ballots(grouped, vote_class), supervised, spread, iterations) if kinds else {}
         by_kind = {k: by_class[VOTE_CLASS[k]] for k in KINDS if VOTE_CLASS[k] in by_class}
