@@ -50,6 +50,15 @@ def test_which_equations_are_checked_and_false(text: str, checked: int, false: i
     assert has_slip(text) == (false > 0)
 
 
+def test_degenerate_text_is_left_unchecked_without_error() -> None:
+    """A model stuck repeating itself must not break the vote: sides too long for a person's arithmetic are
+    skipped (the parser's stack is finite), and long digit runs are scanned in linear time."""
+    assert arithmetic_slips("2 + 2 = 4 " + "-" * 8000) == (0, 0)
+    assert arithmetic_slips("2" + "^1" * 3000 + " = 2") == (0, 0)
+    assert arithmetic_slips("(" * 500 + "1" + ")" * 500 + " + 1 = 2") == (0, 0)
+    assert arithmetic_slips("7" * 50_000 + " apples. Then 3 * 4 = 13.") == (1, 1)
+
+
 def test_a_slip_makes_work_its_own_kind() -> None:
     work = "She buys 3 bags of 4 apples each.\nSo she has 3 * 4 = {} apples.\nThe answer is {}."
     assert content_kind(Candidate(index=0, text=work.format(12, 12))) == "prose"

@@ -128,6 +128,10 @@ def test_the_vote_can_weigh_in_beside_the_model() -> None:
     shares = result.details["vote_shares"]
     assert shares == pytest.approx({"18": math.e / (math.e + 1), "20": 1 / (math.e + 1)})  # one-coin posterior
     assert result.answer == "18" and result.details["choice_probs"]["18"] == pytest.approx(shares["18"], abs=1e-4)
+    # without log-probabilities the letter is the model alone, and a calibration that weighs the vote defers
+    unscored = SSAChoiceAggregator(scripted(reply("B", None)), vote_weight=1.0, threshold=0.5)
+    deferred = unscored.invoke(sample_set("18", "18", "20"))
+    assert deferred.answer == "18" and deferred.details["deferred"] is True and deferred.details["confidence"] is None
     with pytest.raises(ValueError, match="vote_weight"):
         SSAChoiceAggregator(scripted(), vote_weight=-1)
 

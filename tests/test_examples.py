@@ -207,11 +207,11 @@ def test_trained_aggregator_over_a_served_ssa(serve, capsys):
     sample_set = trained_aggregator.main(["--base-url", ssa.base_url])
     agg = sample_set.aggregation
     # The three 82s slip (48 + 24 = 82): the shipped weights count slipped work least, so the vote the model is
-    # shown puts 72 first. A server without log-probabilities gives no confidence: below threshold 1, the letter
-    # it wrote decides, here the wrong one.
-    assert json.loads((SHIPPED_SSA / "aggregator.json").read_text())["threshold"] < 1
-    assert agg.method == "ssa" and agg.details["raw_output"] == "B" and agg.details["deferred"] is False
-    assert agg.answer == "82" and agg.support == [0, 2, 4] and agg.details["confidence"] is None
+    # shown puts 72 first. A server without log-probabilities gives no confidence, and the shipped calibration
+    # weighs the vote beside the model: the letter is recorded, and the vote decides.
+    assert json.loads((SHIPPED_SSA / "aggregator.json").read_text())["vote_weight"] > 0
+    assert agg.method == "ssa" and agg.details["raw_output"] == "B" and agg.details["deferred"] is True
+    assert agg.answer == "72" and agg.support == [1, 3] and agg.details["confidence"] is None
     request = ssa.requests[0]
     prompt = request["messages"][-1]["content"]
     assert trained_aggregator.QUESTION[:40] in prompt and "Final: 82" in prompt  # the shipped SSA's rendering
@@ -219,7 +219,7 @@ def test_trained_aggregator_over_a_served_ssa(serve, capsys):
     limit = request.get("max_completion_tokens", request.get("max_tokens"))  # langchain-openai sends the former
     assert limit == 1 and request["logprobs"] is True  # one letter, and its probabilities
     printed = capsys.readouterr().out
-    assert "SSA picks:     82 (wrong)" in printed and "majority vote: 82 (wrong)" in printed
+    assert "SSA picks:     72 (right)" in printed and "majority vote: 82 (wrong)" in printed
 
 
 @pytest.mark.slow

@@ -166,6 +166,18 @@ def test_slipped_work_weighs_as_slipped_work_whatever_its_source(tmp_path: Path)
     assert old.weight_of(outvoted.candidates[0].model_copy(update={"model": "x"})) == old.kind_weights["prose"]
 
 
+@pytest.mark.parametrize("gold", [True, False], ids=["supervised", "unsupervised"])
+def test_a_fit_on_slipped_work_alone(gold: bool) -> None:
+    """Every candidate's work slips: no source keeps work to be fit on, and the pooled default weight is the
+    slipped work's."""
+    sets = [SampleSet(question=f"q{p}", gold=str(p) if gold else None, candidates=[
+        Candidate(index=i, text=slipped_work(str(p + i % 2)), answer=str(p + i % 2), model=f"m{i}")
+        for i in range(3)]) for p in range(10)]  # fmt: skip
+    vote = WeightedVote.fit(sets)
+    assert vote.source_weights == {} and vote.default_weight >= MIN_WEIGHT
+    assert vote.invoke(sets[0]).answer == "0"  # two of three: majority among slipped work
+
+
 def slipped_work(answer: str) -> str:
     return f"She buys 3 bags of 4 apples each.\nSo she has 3 * 4 = 13 apples.\nThe answer is {answer}."
 

@@ -23,7 +23,7 @@ from itertools import pairwise
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
               ast.Pow: operator.pow}  # fmt: skip
 _LATEX = [
-    (re.compile(r"(\d+) ?\\[dt]?frac\{(\d+)\}\{(\d+)\}"), r"(\1+\2/\3)"),  # 1\frac{1}{4}: one and a quarter
+    (re.compile(r"(?<!\d)(\d+) ?\\[dt]?frac\{(\d+)\}\{(\d+)\}"), r"(\1+\2/\3)"),  # 1\frac{1}{4}: one and a quarter
     (re.compile(r"\\[dt]?frac\{(\d+)\}\{(\d+)\}"), r"(\1/\2)"),
     (re.compile(r"\\boxed\{([^{}]*)\}"), r"\1"),
     (re.compile(r"\\(?:left|right)(?=[()])"), ""),
@@ -45,6 +45,8 @@ _TOKEN = re.compile(
       | (?P<other>.)""",
     re.X | re.S,
 )
+# Longer sides are not a person's arithmetic (a model repeating "- - - …"), and the parser's stack is finite.
+MAX_SIDE_TOKENS = 64
 _CLEAN_BEFORE = re.compile(r"[\s\"'\[<]")  # what may precede a run whose first side is checked
 _CLEAN_AFTER = re.compile(r"[\s.,;:!?\"'\]>]")  # … and follow one whose last side is
 
@@ -82,11 +84,11 @@ def _side(tokens: list[tuple[str, str]]) -> tuple[float, bool] | None:
         else:
             parts.append(")")
         previous = kind
-    if not parts:
+    if not parts or len(parts) > MAX_SIDE_TOKENS:
         return None
     try:
         return _value(ast.parse("".join(parts), mode="eval").body), has_operator
-    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError):
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
         return None
 
 

@@ -3,9 +3,11 @@ one letter, so it can only pick an answer some candidate stated (refining is GSR
 
 The model's probabilities over the letters (from the first token's log-probabilities, softened by a temperature
 fit on validation) are the aggregation's `details["choice_probs"]`. When the top probability is below the
-aggregator's `threshold` (chosen on validation) it defers to the vote and says so; a set whose candidates all
-agree never reaches the model. `render_choice_prompt` and `choice_target` are the only copies of the prompt and
-the training target: `training` imports them, so the model is trained on exactly what it is served.
+aggregator's `threshold` (chosen on validation) it defers to the vote and says so; so it does when a server
+gives no log-probabilities and the calibration weighs the vote beside the model (`vote_weight` > 0: the letter
+alone is not what was calibrated). A set whose candidates all agree never reaches the model.
+`render_choice_prompt` and `choice_target` are the only copies of the prompt and the training target: `training`
+imports them, so the model is trained on exactly what it is served.
 """
 
 from __future__ import annotations
@@ -225,8 +227,10 @@ class SSAChoiceAggregator(LLMAggregator):
             "choice_logprobs": {answer_of[k]: v for k, v in logprobs.items()} if logprobs else None,
             "vote_shares": {answer_of[k]: v for k, v in shares.items()},
         }
-        # 1: always the vote, whether or not the server gave log-probabilities (without them, the letter it wrote)
-        if self.threshold >= 1 or (confidence is not None and confidence < self.threshold):
+        # 1: always the vote. Without log-probabilities the letter is the model alone; a calibration that weighs
+        # the vote beside it (vote_weight > 0) was fit on the two together, so the vote decides then too.
+        unscored = confidence is None and self.vote_weight > 0
+        if self.threshold >= 1 or unscored or (confidence is not None and confidence < self.threshold):
             return Decision(None, "", "deferred", details | {"deferred": True})
         backing = shown[groups[letters.index(chosen)][0]]
         return Decision(answer_of[chosen], backing.text, "parsed", details | {"deferred": False})

@@ -15,7 +15,7 @@ program to the program: on one LM's five candidates, cross-fit over the unreserv
 A worked candidate with an arithmetic slip — an equation whose sides differ (`arithmetic.has_slip`) — is its own
 kind, `slipped`: right 3% of the time, against 70% for work whose equations all hold. Sub-question walk-throughs
 were unreliable mostly through their slips (a third of them have one): without those, they are as good as prose
-and programs, and the three are weighed as one. Cross-fit as above, the slips raise the vote's gain to +4.6 on
+and programs, and the three are weighed as one. Cross-fit as above, the slips raise the vote's gain to +4.5 on
 average, with no LM below majority (gpt-3.5-turbo +0.7).
 """
 

@@ -29,8 +29,10 @@ from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
-FORMAT_VERSION = 2  # 2 added the content kinds' weights
-READS_VERSIONS = (1, 2)
+# 2 added the content kinds' weights; 3 the `slipped` kind, with each source fit on its work without slips (a
+# reader of version 2 would give slipped work its source's weight: it refuses the file instead)
+FORMAT_VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 # The params that say how a candidate was asked for. Others are per-sample records (a pool's `is_correct` or
 # `score` verdicts, rewards) that must never name a source: they would leak the label into the vote.
 SOURCE_PARAMS = ("prompt", "system_prompt", "temperature", "top_p")
@@ -118,9 +120,10 @@ class WeightedVote(MajorityVote):
     """Majority vote with per-source weights learned from sample sets (`fit`), saved as a small JSON file.
 
     A candidate whose source was never seen in fitting gets its content kind's weight (`kind_weights`, fit
-    beside the sources), else `default_weight`, the weight of the pooled accuracy over all sources; so a set of
-    unseen sources is decided by what its candidates' work looks like, and without kind weights as plain
-    majority vote would decide it.
+    beside the sources), else `default_weight`, the weight of the pooled accuracy over all sources (over their
+    work without slips, when kinds are fit); so a set of unseen sources is decided by what its candidates' work
+    looks like, and without kind weights as plain majority vote would decide it. Work with an arithmetic slip
+    weighs as the `slipped` kind, whatever its source.
     """
 
     name = "weighted"
@@ -190,12 +193,12 @@ class WeightedVote(MajorityVote):
         # with kinds, slipped work votes as its kind (`weight_of`): each source is fit on the rest of its work
         accuracy = _reliability(_ballots(grouped, _source_unless_slipped if kinds else source_of), supervised, spread,
                                 iterations)  # fmt: skip
-        accuracy.pop(_SLIPPED_VOTER, None)
+        slipped_work = accuracy.pop(_SLIPPED_VOTER, None)
         # fit per vote class (prose and programs as one: `kinds.VOTE_CLASS`), kept per kind for `weight_of`
         by_class = _reliability(_ballots(grouped, vote_class), supervised, spread, iterations) if kinds else {}
         by_kind = {k: by_class[VOTE_CLASS[k]] for k in KINDS if VOTE_CLASS[k] in by_class}
-        votes = sum(n for _, n in accuracy.values())
-        pooled = sum(p * n for p, n in accuracy.values()) / votes
+        pooled_over = list(accuracy.values()) or [slipped_work]  # every voter slipped: the pool is their work's
+        pooled = sum(p * n for p, n in pooled_over) / sum(n for _, n in pooled_over)
         return cls(
             {s: _weight(p, spread) for s, (p, _) in accuracy.items()},
             default_weight=_weight(pooled, spread),
