@@ -4,7 +4,8 @@ A user sampling one model n times has one source, so per-source weights say noth
 differ in how they reached their answer, and that predicts whether they are right. Measured on the unreserved
 Faithful-CoT and GPT-3 problems (the shipped SSA's train problems): a bare answer is right 23% of the time, a
 numbered sub-question walk-through 47%, prose reasoning 52%, a program 68%. `WeightedVote` learns a weight per
-kind (`fit`; prose and programs share one) and gives it to every candidate whose source it does not know.
+kind (`fit`; all work without a slip shares one) and gives it to every candidate whose source it does not
+know.
 
 The vote weighs three classes apart (`VOTE_CLASS`): bare answers, slipped work (below), and the rest. A
 program beats prose on a weak LM's candidates (text002: 65% against 53%) but not on a strong one's
