@@ -124,6 +124,10 @@ def finish_step(step: str, trainer: Any, result: Any, config: Any, model: ModelC
         trainer.processing_class.save_pretrained(config.output_dir)
         keep_render_settings(config.data_dir, config.output_dir)
         save_step_config(step, config, model)
+    # Every process waits for the main one's writes, then leaves the process group together: a process that exits
+    # while another still holds gloo connections to it can abort at interpreter exit (seen once in CI as SIGABRT)
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer), "world_size": config.world_size}
 
 
