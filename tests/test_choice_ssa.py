@@ -148,6 +148,7 @@ async def test_async_and_a_server_without_logprobs() -> None:
     assert result.answer == "20" and result.details["confidence"] is None  # the letter it wrote
     bad = await SSAChoiceAggregator(scripted(reply("Q", None))).ainvoke(sample_set("18", "18", "20"))
     assert bad.answer == "18" and bad.details["parse_status"] == "no_choice" and bad.details["fallback"] == "majority"
+    assert bad.details["deferred"] is True and bad.details["threshold"] == 0.0 and bad.details["raw_output"] == "Q"
 
 
 def test_bad_settings_fail_at_construction() -> None:

@@ -210,7 +210,8 @@ class SSAChoiceAggregator(LLMAggregator):
         text = str(getattr(response, "text", response)).strip()
         if logprobs is None:  # a server without log-probabilities: the letter it wrote, confidence unknown
             if (written := parse_choice(text, letters)) is None:
-                return Decision(None, "", "no_choice", {})
+                # no letter of an option: the vote decides, and the details say so as a low confidence would
+                return Decision(None, "", "no_choice", {"deferred": True, "threshold": self.threshold})
             chosen, probs, confidence = written, None, None
         shares = dict(zip(letters, vote_shares(shown, groups, self.weights), strict=True))
         if logprobs is not None:
