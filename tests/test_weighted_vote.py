@@ -12,7 +12,7 @@ import pytest
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, WeightedVote, source_of
-from aggregate_graph.aggregators.kinds import content_kind
+from aggregate_graph.aggregators.kinds import VOTE_CLASSES, content_kind, vote_class
 from aggregate_graph.aggregators.weighted import MIN_WEIGHT
 from aggregate_graph.answers import equivalent
 from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
@@ -103,7 +103,7 @@ def test_unseen_sources_are_weighed_by_what_their_work_looks_like(tmp_path: Path
         sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
             Candidate(index=i, text=t, answer=a, model="logged") for i, (t, a) in enumerate(texts)]))  # fmt: skip
     vote = WeightedVote.load(WeightedVote.fit(sets).save(tmp_path / "w.json"))
-    assert vote.kind_weights["prose"] > 1 > vote.kind_weights["bare"] > 0
+    assert vote.kind_weights["checked_once"] > 1 > vote.kind_weights["bare"] > 0  # one equation, which holds
     mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked("12"), "12")]
     one_model = SampleSet(question="q", candidates=[
         Candidate(index=i, text=t, answer=a, model="my-own-model") for i, (t, a) in enumerate(mine)])  # fmt: skip
@@ -118,26 +118,56 @@ def program(answer: str) -> str:
     return f"bags = 3\napples_per_bag = 4\nanswer = {answer}"
 
 
-def test_prose_and_programs_share_one_weight() -> None:
-    """Programs right more often than prose in fitting still weigh the same: a tie between one model's prose and
-    its program is majority's (the first candidate's), which a strong LM's programs do not beat."""
+def steps(answer: str) -> str:
+    return f"Q1. How many apples?\n3 * 4 = 12 apples.\nQ2. How many left?\n12 - 2 = 10 apples.\nThe answer is {answer}."
+
+
+def test_work_is_weighed_by_how_much_of_its_arithmetic_holds_not_by_its_kind() -> None:
+    """Work is classed by how many of its equations could be checked (all holding): none (a program), one or two
+    and more, whatever its content kind; prose and sub-questions with as much checked arithmetic share a weight,
+    and the weights follow each class's reliability in fitting."""
     sets = []
-    for p in range(40):  # programs right 90% of the time, prose 60%, bare answers 20%
-        texts = [(program(str(p) if p % 10 else "-1"), "code"), (worked(str(p) if p % 5 < 3 else "-2"), "prose"),
-                 (f"The answer is {p if p % 5 == 0 else -3}.", "bare")]  # fmt: skip
+    for p in range(40):  # two checked equations right 90% of the time, one 60%, programs 75%, bare answers 20%
+        texts = [steps(str(p) if p % 10 else "-1"), worked(str(p) if p % 5 < 3 else "-2"),
+                 program(str(p) if p % 4 else "-4"), f"The answer is {p if p % 5 == 0 else -3}."]  # fmt: skip
         sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
             Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model="logged")
-            for i, (t, _) in enumerate(texts)]))  # fmt: skip
-    assert [content_kind(c) for c in sets[1].candidates] == ["code", "prose", "bare"]
+            for i, t in enumerate(texts)]))  # fmt: skip
+    classes = [vote_class(c) for c in sets[1].candidates]
+    assert classes == ["checked", "checked_once", "unchecked", "bare"] and set(classes) < set(VOTE_CLASSES)
+    assert [content_kind(c) for c in sets[1].candidates] == ["steps", "prose", "code", "bare"]
     vote = WeightedVote.fit(sets)
     w = vote.kind_weights
-    assert w["code"] == w["commented_code"] == w["prose"] == w["steps"] > 1 > w["bare"] > 0
-    assert vote.kind_reliability["prose"] == pytest.approx((36 + 24 + 1) / (80 + 2))  # pooled, with the Beta prior
-    for first, second in ((program("7"), worked("5")), (worked("5"), program("7"))):
-        tie = SampleSet(question="q", candidates=[
-            Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model="mine")
-            for i, t in enumerate((first, second, "The answer is 9."))])  # fmt: skip
-        assert vote.invoke(tie).answer == MajorityVote().invoke(tie).answer == first.split()[-1].rstrip(".")
+    assert w["checked"] > w["unchecked"] > w["checked_once"] > 1 > w["bare"] > 0
+    assert 0.8 < vote.kind_reliability["checked"] < 36 / 40  # one model: its rate, drawn a little to the mean
+    prose_twice = "She buys 3 bags of 4 apples each, 3 * 4 = 12 apples.\nShe eats 2: 12 - 2 = 10.\nThe answer is 7."
+    mine = Candidate(index=0, text=prose_twice, answer="7", model="mine")
+    assert content_kind(mine) == "prose" and vote.weight_of(mine) == w["checked"]
+    others = [Candidate(index=1, text=steps("9"), answer="9", model="mine"),
+              Candidate(index=2, text=program("5"), answer="5", model="mine")]  # fmt: skip
+    tie = SampleSet(question="q", candidates=[mine, *others])
+    assert vote.invoke(tie).tie == ["7", "9"]  # same class, same weight: majority's tie
+
+
+def test_a_class_is_credited_with_what_it_adds_over_its_own_models_rate() -> None:
+    """A weak model writes mostly arithmetic and a strong one mostly programs: pooled, checked work would look
+    worse than unchecked work (its writers are weaker), though within each model it is right more often. The fit
+    reads each class at the average model, so your own model's checked work outweighs its unchecked work."""
+    sets = []
+    for p in range(60):
+        weak = [steps(str(p) if p % 10 < 4 else "-1"), program(str(p) if p % 10 < 2 else "-2")] + [
+            steps(str(p) if p % 10 < 4 else str(-10 - i)) for i in range(3)]  # fmt: skip
+        strong = [steps(str(p) if p % 10 < 9 else "-3")] + [
+            program(str(p) if p % 10 < 7 else str(-20 - i)) for i in range(4)]  # fmt: skip
+        texts = [("weak", t) for t in weak] + [("strong", t) for t in strong]
+        sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
+            Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model=m, params={"prompt": str(i)})
+            for i, (m, t) in enumerate(texts)]))  # fmt: skip
+    pooled = {k: sum(equivalent(c.answer, s.gold) for s in sets for c in s.candidates if vote_class(c) == k)
+              for k in ("checked", "unchecked")}  # fmt: skip
+    assert pooled["checked"] < pooled["unchecked"]  # 150 of 300 right against 180 of 300
+    vote = WeightedVote.fit(sets)
+    assert vote.kind_weights["checked"] > vote.kind_weights["unchecked"]
 
 
 def test_slipped_work_weighs_as_slipped_work_whatever_its_source(tmp_path: Path) -> None:
@@ -158,12 +188,15 @@ def test_slipped_work_weighs_as_slipped_work_whatever_its_source(tmp_path: Path)
         Candidate(index=0, text=slipped_work("5"), answer="5", model="sloppy"),
         Candidate(index=1, text=worked("6"), answer="6", model="my-own-model")])  # fmt: skip
     assert vote.weight_of(outvoted.candidates[0]) == MIN_WEIGHT and vote.invoke(outvoted).answer == "6"
-    before = vote.to_dict()
-    del before["kinds"]["slipped"]
-    (tmp_path / "before.json").write_text(json.dumps(before), encoding="utf-8")
-    old = WeightedVote.load(tmp_path / "before.json")
-    assert old.weight_of(outvoted.candidates[0]) == old.source_weights["sloppy"]
-    assert old.weight_of(outvoted.candidates[0].model_copy(update={"model": "x"})) == old.kind_weights["prose"]
+    stranger = outvoted.candidates[0].model_copy(update={"model": "x"})
+    # versions 2 and 3 kept one weight per content kind; version 2 had no `slipped` kind
+    per_kind = {k: {"weight": w} for k, w in (("bare", 0.1), ("steps", 1.1), ("prose", 1.2), ("code", 1.3))}
+    for version, kinds in ((3, per_kind | {"slipped": {"weight": 0.05}}), (2, per_kind)):
+        (tmp_path / "before.json").write_text(json.dumps(vote.to_dict() | {"version": version, "kinds": kinds}))
+        old = WeightedVote.load(tmp_path / "before.json")
+        assert old.weight_of(stranger) == (0.05 if version == 3 else 1.2)  # version 2: the work by its look
+        assert old.weight_of(outvoted.candidates[0]) == (0.05 if version == 3 else old.source_weights["sloppy"])
+        assert old.weight_of(outvoted.candidates[1]) == 1.2  # prose, whose equation holds
 
 
 @pytest.mark.parametrize("gold", [True, False], ids=["supervised", "unsupervised"])
@@ -249,20 +282,24 @@ def test_on_real_llm_samples_the_learned_vote_beats_majority() -> None:
     assert supervised >= majority + 4 and unsupervised >= majority + 4, (majority, supervised, unsupervised)
 
 
-def test_on_one_models_real_samples_the_kind_weights_beat_majority() -> None:
-    """Each LM's own five candidates with sources anonymised (a user's one model, n samples): the kind weights
-    fit on 700 unreserved problems beat majority on 150 others by 4 points on average over the four LMs of the
-    acceptance, and none falls below it: gpt-3.5-turbo, whose prose is as often right as its programs, lost 1.3
-    points to majority (cross-fit) while the two were weighed apart, and gained once slipped work was its own kind
-    (measured: +5.3, +5.3, +6.0, +0.7)."""
+def test_on_one_models_real_samples_the_class_weights_beat_majority() -> None:
+    """Each LM's own five candidates with sources anonymised (a user's one model, n samples), in three shuffled
+    orders each (a tie goes to whichever tied answer comes first; the pool's own order puts the bare answer
+    first, which hands majority's ties to the least reliable candidate and doubles the gain): the class weights
+    fit on 700 unreserved problems beat majority on 150 others by 1.5 points on average over the four LMs of the
+    acceptance, and none falls below it (measured: +1.8, +2.2, +3.8, +0.2)."""
     sets = [s for s in load_faithful_cot() if not is_reserved(s)]
     vote = WeightedVote.fit(sets[:700])
+    rng = random.Random(0)
     gains = []
     for lm in ("code002", "text002", "text003", "gpt-3.5-turbo"):
         own = [one_model(s, lm) for s in sets[700:850]]
         assert all(vote.weight_of(c) in vote.kind_weights.values() for c in own[0].candidates)
-        gains.append(_accuracy(vote, own) - _accuracy(MajorityVote(), own))
-    assert sum(gains) / len(gains) >= 4 and min(gains[:3]) >= 4 and gains[3] >= 0, gains
+        drawn = [s.model_copy(update={"candidates": [c.model_copy(update={"index": i})
+                                                     for i, c in enumerate(rng.sample(s.candidates, 5))]})
+                 for s in own for _ in range(3)]  # fmt: skip
+        gains.append(_accuracy(vote, drawn) - _accuracy(MajorityVote(), drawn))
+    assert sum(gains) / len(gains) >= 1.5 and min(gains) >= 0, gains
 
 
 def test_weights_step_fits_from_a_runtime_log_without_labels(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -4,40 +4,34 @@ A user sampling one model n times has one source, so per-source weights say noth
 differ in how they reached their answer, and that predicts whether they are right. Measured on the unreserved
 Faithful-CoT and GPT-3 problems (the shipped SSA's train problems): a bare answer is right 23% of the time, a
 numbered sub-question walk-through 47%, prose reasoning 52%, a program 68%. `WeightedVote` learns a weight per
-kind (`fit`; all work without a slip shares one) and gives it to every candidate whose source it does not
-know.
+vote class (`fit`, below) and gives it to every candidate whose source it does not know.
 
-The vote weighs three classes apart (`VOTE_CLASS`): bare answers, slipped work (below), and the rest. A
-program beats prose on a weak LM's candidates (text002: 65% against 53%) but not on a strong one's
-(gpt-3.5-turbo: 76% against 75%), and weighing the two apart sent a strong LM's ties between its prose and its
-program to the program: on one LM's five candidates, cross-fit over the unreserved problems, gpt-3.5-turbo fell
-1.3 points below majority vote; weighed as one, it is at -0.1, at +4.0 on average over four LMs (+4.2 before).
+The vote weighs five classes apart (`VOTE_CLASSES`, `vote_class`): bare answers; work with an arithmetic slip
+(`slipped`: an equation whose sides differ, `arithmetic.has_slip`) — right 3% of the time, against 70% for work
+whose equations all hold; and the rest by how much of its arithmetic could be checked: none (`unchecked`: most
+programs, and reasoning in words), one equation (`checked_once`) or two or more, all holding (`checked`). On the
+unreserved Faithful-CoT problems, one LM's prose or sub-question work is right more often the more of its
+arithmetic holds: gpt-3.5-turbo 57% / 77% / 84% for none / one / two or more, text002 26% / 50% / 66%.
 
-A worked candidate with an arithmetic slip — an equation whose sides differ (`arithmetic.has_slip`) — is its own
-kind, `slipped`: right 3% of the time, against 70% for work whose equations all hold. Sub-question walk-throughs
-were unreliable mostly through their slips (a third of them have one): without those, they are as good as prose
-and programs, and the three are weighed as one. Cross-fit as above, the slips raise the vote's gain to +4.5 on
-average, with no LM below majority (gpt-3.5-turbo +0.7).
+Which content kind the work is (prose, program, sub-questions) is not weighed: a program beats prose on a weak
+LM's candidates (text002: 65% against 53%) but not on a strong one's (gpt-3.5-turbo: 76% against 75%), and
+weighing the two apart sent a strong LM's ties between its prose and its program to the program. Cross-fit over
+the unreserved problems (one LM's five candidates, sources anonymised, ties broken at random as a shuffled
+request would break them: `benchmarks/content_kinds.py`), the vote's mean gain over majority on four LMs is
++2.6 with the checked classes, +2.2 with all slip-free work as one class, +2.4 with the kinds apart.
 """
 
 from __future__ import annotations
 
 import re
 
-from aggregate_graph.aggregators.arithmetic import has_slip
+from aggregate_graph.aggregators.arithmetic import arithmetic_slips, has_slip
 from aggregate_graph.sample_set import Candidate
 
 SLIPPED = "slipped"
 KINDS = ("bare", SLIPPED, "steps", "prose", "code", "commented_code")
-# The kinds' classes that a vote's reliability is fit on: all work without a slip shares one (see above).
-VOTE_CLASS = {
-    "bare": "bare",
-    SLIPPED: SLIPPED,
-    "steps": "worked",
-    "prose": "worked",
-    "code": "worked",
-    "commented_code": "worked",
-}
+# The classes a vote's reliability is fit on (`vote_class`): work by how many of its equations were checked.
+VOTE_CLASSES = ("bare", SLIPPED, "unchecked", "checked_once", "checked")
 # [ \t]*, not \s*: at each line start \s* would run on across blank lines (quadratic on a text of blank lines).
 _ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_]\w*[ \t]*=[ \t]*\S", re.M)  # `total = 3 * 4`: a line of a program
 PROGRAM_SHARE = 0.6
@@ -69,5 +63,12 @@ def content_kind(candidate: Candidate, *, check_arithmetic: bool = True) -> str:
 
 
 def vote_class(candidate: Candidate) -> str:
-    """The class of the candidate's kind that a vote's reliability is fit on (`VOTE_CLASS`)."""
-    return VOTE_CLASS[content_kind(candidate)]
+    """The class a vote's reliability is fit on (`VOTE_CLASSES`): `bare` (no work shown), `slipped` (work with a
+    false equation), else work by how many of its plain-arithmetic equations were checked, all holding: none
+    (`unchecked`), one (`checked_once`), two or more (`checked`)."""
+    if not shows_work(candidate):
+        return "bare"
+    checked, false = arithmetic_slips(candidate.text)
+    if false:
+        return SLIPPED
+    return VOTE_CLASSES[2 + min(checked, 2)]

@@ -7,8 +7,8 @@ true answer of each set is the latent variable). Both give the same vote weight,
 `log(spread · p / (1 − p))`, which is the optimal weight for independent voters under that model (kept positive:
 `MIN_WEIGHT`).
 
-The same fit, keyed by each candidate's *content kind* (`kinds.content_kind`: a bare answer, work with an
-arithmetic slip, or work whose equations hold — sub-questions, prose or a program, weighed alike) instead of its
+The same fit, keyed by each candidate's *vote class* (`kinds.vote_class`: a bare answer, work with an arithmetic
+slip, or work whose equations hold, by how many of them could be checked: none, one, two or more) instead of its
 source, weighs the candidates whose source it never saw — a user's own model sampled n times, where every
 candidate has the same unknown source and only what the text looks like tells them apart.
 """
@@ -23,16 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from aggregate_graph.aggregators.kinds import KINDS, SLIPPED, VOTE_CLASS, content_kind, vote_class
+from aggregate_graph.aggregators.kinds import SLIPPED, content_kind, vote_class
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.answers import equivalent, group_equivalent
 from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 # 2 added the content kinds' weights; 3 the `slipped` kind, with each source fit on its work without slips (a
-# reader of version 2 would give slipped work its source's weight: it refuses the file instead)
-FORMAT_VERSION = 3
-READS_VERSIONS = (1, 2, 3)
+# reader of version 2 would give slipped work its source's weight: it refuses the file instead); 4 keys them by
+# vote class (`kinds.VOTE_CLASSES`) instead of content kind (an older reader would weigh all work by default)
+FORMAT_VERSION = 4
+READS_VERSIONS = (1, 2, 3, 4)
 # The params that say how a candidate was asked for. Others are per-sample records (a pool's `is_correct` or
 # `score` verdicts, rewards) that must never name a source: they would leak the label into the vote.
 SOURCE_PARAMS = ("prompt", "system_prompt", "temperature", "top_p")
@@ -119,11 +120,12 @@ def _accuracies(ballots: list[_Ballot], credit: list[list[float]]) -> dict[str, 
 class WeightedVote(MajorityVote):
     """Majority vote with per-source weights learned from sample sets (`fit`), saved as a small JSON file.
 
-    A candidate whose source was never seen in fitting gets its content kind's weight (`kind_weights`, fit
-    beside the sources), else `default_weight`, the weight of the pooled accuracy over all sources (over their
-    work without slips, when kinds are fit); so a set of unseen sources is decided by what its candidates' work
+    A candidate whose source was never seen in fitting gets its vote class's weight (`kind_weights`, fit beside
+    the sources, keyed by `kinds.VOTE_CLASSES`; files before version 4 keep one per content kind), else
+    `default_weight`, the weight of the pooled accuracy over all sources (over their work without slips, when
+    kinds are fit); so a set of unseen sources is decided by what its candidates' work
     looks like, and without kind weights as plain majority vote would decide it. Work with an arithmetic slip
-    weighs as the `slipped` kind, whatever its source.
+    weighs as the `slipped` class, whatever its source.
     """
 
     name = "weighted"
@@ -156,15 +158,17 @@ class WeightedVote(MajorityVote):
 
     def weight_of(self, candidate: Candidate) -> float:
         """Work with an arithmetic slip weighs as `slipped` work does, whatever its source; otherwise the
-        candidate's source's weight; for a source never seen, its content kind's; else the default."""
-        kind = content_kind(candidate) if self.kind_weights else None
-        if kind == SLIPPED and SLIPPED in self.kind_weights:
+        candidate's source's weight; for a source never seen, its vote class's; else the default."""
+        cls = vote_class(candidate) if self.kind_weights else None
+        if cls == SLIPPED and SLIPPED in self.kind_weights:
             return self.kind_weights[SLIPPED]
         weight = self.source_weights.get(source_of(candidate))
-        if weight is None and kind is not None:
-            if kind not in self.kind_weights:  # a file fit before `slipped` was a kind: weigh the work as it looks
-                kind = content_kind(candidate, check_arithmetic=False)
-            weight = self.kind_weights.get(kind)
+        if weight is None and cls is not None:
+            weight = self.kind_weights.get(cls)
+            if weight is None:  # a file before version 4: one weight per content kind (version 2: no `slipped`)
+                kind = content_kind(candidate)
+                weight = self.kind_weights.get(kind if kind in self.kind_weights else content_kind(
+                    candidate, check_arithmetic=False))  # fmt: skip
         return self.default_weight if weight is None else weight
 
     @classmethod
@@ -179,8 +183,7 @@ class WeightedVote(MajorityVote):
     ) -> WeightedVote:
         """Reliability per source from `sample_sets`: from `gold` where the sets carry it (`supervised=None`
         decides by whether any does), else by Dawid–Skene EM on the agreement between sources; and, with
-        `kinds`, the same per content kind (prose and programs fit as one, `kinds.VOTE_CLASS`), for the candidates
-        of sources the fit never saw."""
+        `kinds`, the same per vote class (`kinds.vote_class`), for the candidates of sources the fit never saw."""
         if spread <= 0:
             raise ValueError(f"spread must be positive, got {spread}")
         grouped = _grouped(sample_sets)
@@ -193,18 +196,16 @@ class WeightedVote(MajorityVote):
         # with kinds, slipped work votes as its kind (`weight_of`): each source is fit on the rest of its work
         accuracy = _reliability(_ballots(grouped, _source_unless_slipped if kinds else source_of), supervised, spread,
                                 iterations)  # fmt: skip
+        by_class = _class_reliability(grouped, _credit(grouped, accuracy, supervised, spread)) if kinds else {}
         slipped_work = accuracy.pop(_SLIPPED_VOTER, None)
-        # fit per vote class (prose and programs as one: `kinds.VOTE_CLASS`), kept per kind for `weight_of`
-        by_class = _reliability(_ballots(grouped, vote_class), supervised, spread, iterations) if kinds else {}
-        by_kind = {k: by_class[VOTE_CLASS[k]] for k in KINDS if VOTE_CLASS[k] in by_class}
         pooled_over = list(accuracy.values()) or [slipped_work]  # every voter slipped: the pool is their work's
         pooled = sum(p * n for p, n in pooled_over) / sum(n for _, n in pooled_over)
         return cls(
             {s: _weight(p, spread) for s, (p, _) in accuracy.items()},
             default_weight=_weight(pooled, spread),
             reliability={s: p for s, (p, _) in accuracy.items()},
-            kind_weights={k: _weight(p, spread) for k, (p, _) in by_kind.items()},
-            kind_reliability={k: p for k, (p, _) in by_kind.items()},
+            kind_weights={k: _weight(p, spread) for k, (p, _) in by_class.items()},
+            kind_reliability={k: p for k, (p, _) in by_class.items()},
             spread=spread,
             method="supervised" if supervised else "unsupervised",
         )
@@ -284,6 +285,59 @@ def _reliability(
         return _dawid_skene(ballots, spread, iterations) if ballots else {}
     labelled = [b for b in ballots if b.labelled]
     return _accuracies(labelled, [[1.0 if i == b.gold_class else 0.0 for i in range(len(b.classes))] for b in labelled])
+
+
+def _credit(
+    grouped: list[_Grouped], accuracy: Mapping[str, tuple[float, int]], supervised: bool, spread: float
+) -> list[list[float] | None]:
+    """Each set's answer classes' probability of being right: 1 for the gold class where a set is labelled (None
+    for an unlabelled set in a supervised fit), else the posterior under the sources' fit weights."""
+    if supervised:
+        return [[float(i == g.gold_class) for i in range(len(g.classes))] if g.labelled else None for g in grouped]
+    weights = {s: _log_odds(p, spread) for s, (p, _) in accuracy.items()}
+    return [posterior([sum(weights[_source_unless_slipped(c)] for c in cls) for cls in g.classes]) for g in grouped]
+
+
+def _class_reliability(
+    grouped: list[_Grouped], credit: list[list[float] | None], iterations: int = 50
+) -> dict[str, tuple[float, int]]:
+    """Each vote class's accuracy at the average model, and its vote count: a logistic fit of `right ~ model +
+    class` over every voter (the answer classes' `credit` as labels), read at the count-weighted mean model.
+
+    Pooled over models, a class's rate would carry the strength of the models that write it: the GPT-3 systems
+    write arithmetic-heavy work and are mostly wrong, which put `checked` below `unchecked`, though within every
+    LM's own work the more of it checks, the more often it is right. A user's n samples come from one model, so
+    what a class adds over its own model's rate is what tells them apart."""
+    cells: dict[tuple[str, str], list[float]] = {}  # (model, class) -> [right, seen]
+    for g, probs in zip(grouped, credit, strict=True):
+        for members, p in zip(g.classes, probs or [], strict=False):
+            for c in members:
+                cell = cells.setdefault((c.model or "", vote_class(c)), [0.0, 0.0])
+                cell[0] += p
+                cell[1] += 1
+    model_effect = {m: 0.0 for m, _ in cells}
+    class_effect = {k: 0.0 for _, k in cells}
+    for _ in range(iterations):  # Newton steps on each effect in turn, with a unit L2 prior on each
+        for effects, side in ((model_effect, 0), (class_effect, 1)):
+            for key in effects:
+                gradient, curvature = -effects[key], 1.0
+                for (m, k), (right, seen) in cells.items():
+                    if (m, k)[side] == key:
+                        p = _sigmoid(model_effect[m] + class_effect[k])
+                        gradient += right - seen * p
+                        curvature += seen * p * (1 - p)
+                effects[key] += gradient / curvature
+    seen_by_model: dict[str, float] = {}
+    seen_by_class: dict[str, float] = {}
+    for (m, k), (_, seen) in cells.items():
+        seen_by_model[m] = seen_by_model.get(m, 0.0) + seen
+        seen_by_class[k] = seen_by_class.get(k, 0.0) + seen
+    average = sum(model_effect[m] * n for m, n in seen_by_model.items()) / sum(seen_by_model.values())
+    return {k: (_sigmoid(average + class_effect[k]), int(n)) for k, n in seen_by_class.items()}
+
+
+def _sigmoid(x: float) -> float:
+    return 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
 
 
 def _dawid_skene(ballots: list[_Ballot], spread: float, iterations: int) -> dict[str, tuple[float, int]]:
