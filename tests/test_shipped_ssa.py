@@ -17,7 +17,7 @@ import yaml
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, SSAChoiceAggregator, SSAStyle, WeightedVote
-from aggregate_graph.aggregators.kinds import KINDS
+from aggregate_graph.aggregators.kinds import VOTE_CLASSES
 from aggregate_graph.aggregators.weighted import MIN_WEIGHT
 from aggregate_graph.answers import equivalent
 from aggregate_graph.demo import load_demo_sets
@@ -45,13 +45,13 @@ def test_the_shipped_folder_is_small_and_records_how_it_renders() -> None:
     assert "make ssa-model" in card and "make ssa-eval" in card and "reserved" in card
 
 
-def test_the_shipped_vote_weighs_unknown_sources_by_content_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_shipped_vote_weighs_unknown_sources_by_vote_class(monkeypatch: pytest.MonkeyPatch) -> None:
     """Your own model's candidates are sources the shipped weights never saw: they vote by what their work looks
-    like (fit on the training problems): work whose equations hold — prose, a program or numbered sub-questions
-    alike — over work with an arithmetic slip and over a bare answer."""
+    like (fit on the training problems): work whose equations hold, the more of them checked the more (a program's,
+    checked by none, in between), over work with an arithmetic slip and over a bare answer."""
     vote = WeightedVote.load(SHIPPED_SSA / "weights.json")
     w = vote.kind_weights
-    assert set(w) == set(KINDS) and w["code"] == w["commented_code"] == w["prose"] == w["steps"] > 1
+    assert set(w) == set(VOTE_CLASSES) and w["checked"] > w["unchecked"] > w["checked_once"] > MIN_WEIGHT
     assert w["bare"] == w["slipped"] == MIN_WEIGHT
     assert min(vote.source_weights.values()) > 0  # a source worse than chance still counts for its own answer
     worked = "She buys 3 bags of 4 apples.\nSo she has 3 * 4 = 12 apples.\nThe answer is 12."

@@ -315,6 +315,8 @@ def _class_reliability(
                 cell = cells.setdefault((c.model or "", vote_class(c)), [0.0, 0.0])
                 cell[0] += p
                 cell[1] += 1
+    if not cells:
+        return {}
     model_effect = {m: 0.0 for m, _ in cells}
     class_effect = {k: 0.0 for _, k in cells}
     for _ in range(iterations):  # Newton steps on each effect in turn, with a unit L2 prior on each
