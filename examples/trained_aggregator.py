@@ -8,7 +8,7 @@
 with `--base-url` it is an `SSAAggregator` over the same adapter served elsewhere (vLLM or the local engine),
 rendering with the shipped settings. Candidates come from a scripted OpenAI-compatible server: two solve the
 problem, three make the same visible slip (48 + 24 = 82). The shipped vote weights count work with an arithmetic
-slip least, so the options the model is shown put 72 first (weighted 92%). It prints each candidate, what the
+slip least, so the options the model is shown put 72 first (weighted 91%). It prints each candidate, what the
 aggregator read and wrote, its pick next to majority vote's, and whether each pick is right. Whatever the SSA
 picks is reported as it is; a served model without log-probabilities gives no confidence, and the vote decides.
 """

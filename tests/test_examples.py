@@ -215,7 +215,7 @@ def test_trained_aggregator_over_a_served_ssa(serve, capsys):
     request = ssa.requests[0]
     prompt = request["messages"][-1]["content"]
     assert trained_aggregator.QUESTION[:40] in prompt and "Final: 82" in prompt  # the shipped SSA's rendering
-    assert "A) 72: solutions 2, 4 (2 of 5, weighted 92%" in prompt and "B) 82: solutions 1, 3, 5 (3 of 5" in prompt
+    assert "A) 72: solutions 2, 4 (2 of 5, weighted 91%" in prompt and "B) 82: solutions 1, 3, 5 (3 of 5" in prompt
     limit = request.get("max_completion_tokens", request.get("max_tokens"))  # langchain-openai sends the former
     assert limit == 1 and request["logprobs"] is True  # one letter, and its probabilities
     printed = capsys.readouterr().out
