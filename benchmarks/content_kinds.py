@@ -8,7 +8,7 @@ Prints, per LM, majority vote's accuracy and the weighted vote's gain over it wi
 to whichever tied answer comes first) and in the pool's request order, then how often each vote class is right,
 so the gain can be read against the classes' reliabilities. The request order puts each LM's bare answer first,
 which hands majority's ties to the least reliable candidate: it overstates the gain (+4.5 on average over four
-LMs against +2.2 shuffled, for the vote before the checked classes; the reserved problems read +2.1). The
+LMs against +2.3 shuffled, for the vote before the checked classes; the reserved problems read +2.1). The
 reserved problems (GSM8K test id % 5 == 0) are never read.
 """
 
@@ -73,7 +73,7 @@ def main() -> int:
                         hits[1] += 1
     print(f"\nOne LM's five prompts, anonymised, cross-fit over {len(sets)} unreserved problems (seed {args.seed}, "
           f"{args.draws} shuffled orders per set); right % per vote class")  # fmt: skip
-    print(f"{'LM':<15} {'sets':>5} {'majority':>9} {'gain':>6} {'in order':>9}  "
+    print(f"{'LM':<15} {'drawn':>5} {'majority':>9} {'gain':>6} {'in order':>9}  "
           + " ".join(f"{k:>12}" for k in VOTE_CLASSES))  # fmt: skip
     gains = []
     for lm, (vote_right, majority_right, vote_ordered, majority_ordered, drawn, problems) in right.items():

@@ -1,9 +1,10 @@
 """`aggregate-train weights`: fit a `WeightedVote` (per-source reliability) from logged sample sets.
 
 Supervised where the sets carry `gold`, else unsupervised (Dawid–Skene EM on agreement between sources), and the
-same per content kind (a bare answer, prose, a program, …) for candidates of sources it never saw; e.g. from the
-runtime's own store log exported with `export_sample_sets` — no labels needed. Writes the small JSON file that
-`WeightedVote.load`, `load_aggregator("weighted", weights=…)` and `aggregate-graph ask --aggregator weighted` read.
+same per vote class (a bare answer, slipped work, work by how much of its arithmetic checks) for candidates of
+sources it never saw; e.g. from the runtime's own store log exported with `export_sample_sets` — no labels
+needed. Writes the small JSON file that `WeightedVote.load`, `load_aggregator("weighted", weights=…)` and
+`aggregate-graph ask --aggregator weighted` read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class WeightsConfig:
     )
     spread: float = field(default=2.0, metadata={"help": "how many ways wrong answers spread (the vote's prior)"})
     kinds: bool = field(
-        default=True, metadata={"help": "also weigh content kinds, for the candidates of sources never seen"}
+        default=True, metadata={"help": "also weigh vote classes, for the candidates of sources never seen"}
     )
     limit: int | None = None
 

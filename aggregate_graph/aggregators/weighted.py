@@ -60,7 +60,7 @@ def source_of(candidate: Candidate) -> str:
 
 @dataclass
 class _Ballot:
-    """One sample set as fitting sees it: the voters' keys (sources, or content kinds) behind each answer class,
+    """One sample set as fitting sees it: the voters' keys (their sources) behind each answer class,
     and which class is gold."""
 
     classes: list[list[str]]
@@ -71,7 +71,7 @@ class _Ballot:
 @dataclass
 class _Grouped:
     """One sample set's voters in answer classes, and which class is gold: grouping calls math-verify, so it is
-    done once, then keyed by source and by content kind (`_ballots`)."""
+    done once, then keyed by source (`_ballots`) and read by vote class (`_class_reliability`)."""
 
     classes: list[list[Candidate]]
     labelled: bool
@@ -165,7 +165,7 @@ class WeightedVote(MajorityVote):
         weight = self.source_weights.get(source_of(candidate))
         if weight is None and cls is not None:
             weight = self.kind_weights.get(cls)
-            if weight is None:  # a file before version 4: one weight per content kind (version 2: no `slipped`)
+            if weight is None:  # files before version 4 keep one weight per content kind (version 2: no `slipped`)
                 kind = content_kind(candidate)
                 weight = self.kind_weights.get(kind if kind in self.kind_weights else content_kind(
                     candidate, check_arithmetic=False))  # fmt: skip
@@ -183,7 +183,8 @@ class WeightedVote(MajorityVote):
     ) -> WeightedVote:
         """Reliability per source from `sample_sets`: from `gold` where the sets carry it (`supervised=None`
         decides by whether any does), else by Dawid–Skene EM on the agreement between sources; and, with
-        `kinds`, the same per vote class (`kinds.vote_class`), for the candidates of sources the fit never saw."""
+        `kinds`, each vote class's (`kinds.vote_class`) at the average model, for the candidates of sources the fit
+        never saw (`_class_reliability`: a logistic fit of right ~ model + class on those same labels)."""
         if spread <= 0:
             raise ValueError(f"spread must be positive, got {spread}")
         grouped = _grouped(sample_sets)
@@ -193,10 +194,11 @@ class WeightedVote(MajorityVote):
         supervised = labelled if supervised is None else supervised
         if supervised and not labelled:
             raise ValueError("supervised fitting needs sample sets with `gold`")
-        # with kinds, slipped work votes as its kind (`weight_of`): each source is fit on the rest of its work
+        # with kinds, slipped work votes as its class (`weight_of`): each source is fit on the rest of its work
         accuracy = _reliability(_ballots(grouped, _source_unless_slipped if kinds else source_of), supervised, spread,
                                 iterations)  # fmt: skip
-        by_class = _class_reliability(grouped, _credit(grouped, accuracy, supervised, spread)) if kinds else {}
+        credit = _credit(grouped, accuracy, supervised, spread) if kinds else []
+        by_class = _class_reliability(grouped, credit, iterations) if kinds else {}
         slipped_work = accuracy.pop(_SLIPPED_VOTER, None)
         pooled_over = list(accuracy.values()) or [slipped_work]  # every voter slipped: the pool is their work's
         pooled = sum(p * n for p, n in pooled_over) / sum(n for _, n in pooled_over)
@@ -310,7 +312,9 @@ def _class_reliability(
     what a class adds over its own model's rate is what tells them apart."""
     cells: dict[tuple[str, str], list[float]] = {}  # (model, class) -> [right, seen]
     for g, probs in zip(grouped, credit, strict=True):
-        for members, p in zip(g.classes, probs or [], strict=False):
+        if probs is None:  # unlabelled, in a supervised fit
+            continue
+        for members, p in zip(g.classes, probs, strict=True):
             for c in members:
                 cell = cells.setdefault((c.model or "", vote_class(c)), [0.0, 0.0])
                 cell[0] += p
