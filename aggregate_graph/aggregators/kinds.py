@@ -18,8 +18,8 @@ LM's candidates (text002: 65% against 53%) but not on a strong one's (gpt-3.5-tu
 weighing the two apart sent a strong LM's ties between its prose and its program to the program. Cross-fit over
 the unreserved problems (one LM's five candidates, sources anonymised, ties broken at random as a shuffled
 request would break them: `benchmarks/content_kinds.py`), the vote's mean gain over majority on four LMs is
-+2.7 with the checked classes against +2.3 with all slip-free work as one class, and gpt-3.5-turbo's +0.8
-against +0.3.
++2.6 with the checked classes against +2.3 with all slip-free work as one class, and gpt-3.5-turbo's +0.7
+against +0.1.
 """
 
 from __future__ import annotations

@@ -311,33 +311,35 @@ def _class_reliability(
     LM's own work the more of it checks, the more often it is right. A user's n samples come from one model, so
     what a class adds over its own model's rate is what tells them apart."""
     cells: dict[tuple[str, str], list[float]] = {}  # (model, class) -> [right, seen]
+    seen_by_model: dict[str, float] = {}
+    seen_by_class: dict[str, float] = {}
     for g, probs in zip(grouped, credit, strict=True):
         if probs is None:  # unlabelled, in a supervised fit
             continue
         for members, p in zip(g.classes, probs, strict=True):
             for c in members:
-                cell = cells.setdefault((c.model or "", vote_class(c)), [0.0, 0.0])
+                model, cls = c.model or "", vote_class(c)
+                cell = cells.setdefault((model, cls), [0.0, 0.0])
                 cell[0] += p
                 cell[1] += 1
+                seen_by_model[model] = seen_by_model.get(model, 0.0) + 1
+                seen_by_class[cls] = seen_by_class.get(cls, 0.0) + 1
     if not cells:
         return {}
-    model_effect = {m: 0.0 for m, _ in cells}
-    class_effect = {k: 0.0 for _, k in cells}
-    for _ in range(iterations):  # Newton steps on each effect in turn, with a unit L2 prior on each
+    model_effect = dict.fromkeys(seen_by_model, 0.0)
+    class_effect = dict.fromkeys(seen_by_class, 0.0)
+    # Newton steps on the model effects, then the class effects, with a unit L2 prior on each; the effects of one
+    # side do not touch each other, so each side's steps are taken together
+    for _ in range(iterations):
         for effects, side in ((model_effect, 0), (class_effect, 1)):
+            gradient = {key: -value for key, value in effects.items()}
+            curvature = dict.fromkeys(effects, 1.0)
+            for (m, k), (right, seen) in cells.items():
+                p = _sigmoid(model_effect[m] + class_effect[k])
+                gradient[(m, k)[side]] += right - seen * p
+                curvature[(m, k)[side]] += seen * p * (1 - p)
             for key in effects:
-                gradient, curvature = -effects[key], 1.0
-                for (m, k), (right, seen) in cells.items():
-                    if (m, k)[side] == key:
-                        p = _sigmoid(model_effect[m] + class_effect[k])
-                        gradient += right - seen * p
-                        curvature += seen * p * (1 - p)
-                effects[key] += gradient / curvature
-    seen_by_model: dict[str, float] = {}
-    seen_by_class: dict[str, float] = {}
-    for (m, k), (_, seen) in cells.items():
-        seen_by_model[m] = seen_by_model.get(m, 0.0) + seen
-        seen_by_class[k] = seen_by_class.get(k, 0.0) + seen
+                effects[key] += gradient[key] / curvature[key]
     average = sum(model_effect[m] * n for m, n in seen_by_model.items()) / sum(seen_by_model.values())
     return {k: (_sigmoid(average + class_effect[k]), int(n)) for k, n in seen_by_class.items()}
 
