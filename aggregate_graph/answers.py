@@ -20,7 +20,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from aggregate_graph.answer_prose import trim_prose
+from aggregate_graph.answer_json import json_answer
+from aggregate_graph.answer_prose import is_question, trim_prose
+from aggregate_graph.answer_text import is_text_form, number_word, text_form, text_key
 
 T = TypeVar("T")
 
@@ -50,6 +52,12 @@ _STATED = re.compile(r"(.+?)(?:\.\s|(?<=[!?])\s+(?=[A-Z])|\.?(?:(?<!\s)\s+)?$|\n
 _SENTENCE_END = re.compile(r"\.(?:\s|$)")
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 _NUMBER = re.compile(r"-?\d(?:[\d,]*\d)?(?:\.\d+)?(?:/\d+)?|-?\.\d+")  # no trailing comma: "42, since" is 42
+# A program's or a calculator's last line: "ans = 7", "answer = 42" (only a number: `answer = total` is no answer)
+_ASSIGNED = re.compile(r"^[ \t]*(?:ans|answer|final_answer|result)[ \t]*=[ \t]*(.+?)[ \t.]*$", re.IGNORECASE)
+_WORDS = re.compile(r"[A-Za-z]{2,}")
+_HEADING = re.compile(r"^#+[ \t]*(?:final[ \t]+)?answer[ \t:]*\n+[ \t]*(\S[^\n]{0,200})\s*$", re.I | re.M)
+# Words after an opening "Answer:" past which it labels the reasoning that follows, not an answer
+MAX_LABELLED_WORDS = 5
 
 
 def _last_boxed(text: str) -> str | None:
@@ -104,26 +112,65 @@ def _after_last_marker(text: str) -> str | None:
     return None
 
 
+def _assigned_last(text: str) -> str | None:
+    """The number a last line assigns to the answer: `ans = 7`."""
+    last = text[-500:].rstrip().rsplit("\n", 1)[-1]
+    if (found := _ASSIGNED.match(last)) and _is_number(found.group(1)):
+        return found.group(1)
+    return None
+
+
+def _is_prose(answer: str) -> bool:
+    """Whether a stated "answer" is a sentence: more than `MAX_LABELLED_WORDS` words (of two letters or more)."""
+    return len(_WORDS.findall(answer[: MAX_ANSWER_CHARS * 5])) > MAX_LABELLED_WORDS
+
+
+def _labels_reasoning(text: str, mark: re.Match[str], stated: re.Match[str]) -> bool:
+    """Whether an "Answer:" that opens the text labels the reasoning after it ("Answer: Tom has 3 red and 4 blue
+    marbles. So he has 7.") rather than stating the answer ("Answer: B) 42", "Answer: 7. Because …")."""
+    opens = not text[: mark.start()].strip(" \t\n*#>_")
+    goes_on = bool(text[stated.end() :].strip())
+    return opens and goes_on and _is_prose(stated.group(1))
+
+
 def _after_last_stated(text: str) -> str | None:
-    """The answer after the last "The answer is" (or "Final answer:", "answer =") that states one."""
+    """The answer after the last "The answer is" (or "Final answer:", "answer =") that states one. A question
+    restated there (least-to-most prompts' "Final Answer: How old will Jerry be?") and an opening "Answer:" label
+    before reasoning state none; a sentence there with numbers states its last ("Final Answer: The third monkey
+    eats 21 bananas per day." → 21)."""
     for mark in reversed(list(_ANSWER_IS.finditer(text))):
         if (stated := _STATED.match(text, mark.end())) and stated.group(1).strip(" .$*`"):
             if (boxed := _last_boxed(stated.group(1))) is not None:
                 return boxed
             if (trimmed := trim_prose(stated.group(1), _is_number)).strip(" .$*`"):
+                if is_question(trimmed) or _labels_reasoning(text, mark, stated):
+                    continue
+                if _is_prose(trimmed) and (numbers := _NUMBER.findall(trimmed)):
+                    return numbers[-1]
                 return trimmed
     return None
 
 
+def _under_heading(text: str) -> str | None:
+    """The answer a markdown "## Answer" (or "Final Answer") heading puts on the lines after it, at the end."""
+    if found := _HEADING.search(text[-1000:]):
+        return found.group(1).strip()
+    return None
+
+
 def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | None]:
-    """The answer and how it was found: "boxed", "tag", "marker", "stated", "number"; or (None, None)."""
+    """The answer and how it was found: "json", "boxed", "tag", "marker", "stated", "number"; or (None, None)."""
     if not text:
         return None, None
-    found, how = _last_boxed(text), "boxed"
+    found, how = json_answer(text), "json"
+    if found is not None:
+        found = _last_boxed(found) or found
+    else:
+        found, how = _last_boxed(text), "boxed"
     if found is None and (tag := last_answer_tag(text)) is not None:
         found, how = _last_boxed(tag) or tag.strip(), "tag"
     if found is None:
-        found, how = _after_last_marker(text), "marker"
+        found, how = _after_last_marker(text) or _assigned_last(text) or _under_heading(text), "marker"
     if found is None:
         found, how = _after_last_stated(text), "stated"
     if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
@@ -135,8 +182,10 @@ def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | Non
 def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
     """The final answer stated in a solution, or None.
 
-    Tried in order: the last `\\boxed{…}`, the last `<answer>…</answer>`, the last GSM8K `#### N`, the last
-    "The answer is …", and finally (unless `last_number=False`, as for a cut-off solution) the last number.
+    Tried in order: the answer field of a JSON reply (`answer_json`), the last `\\boxed{…}`, the last
+    `<answer>…</answer>`, the last GSM8K `#### N` (or a last line `ans = N`), the last "The answer is …" (not an
+    opening "Answer:" that labels the reasoning after it, nor a question restated there, a markdown "## Answer"
+    heading's line), and finally (unless `last_number=False`, as for a cut-off solution) the last number.
     An abstention ("unknown", "cannot be determined") is returned as stated: `stated_answer` screens it out.
     """
     return _extract(text, last_number)[0]
@@ -159,6 +208,9 @@ ABSTENTIONS: tuple[str, ...] = (
     r"(?:\bnot|n't|\bno) (?:have |give |gives |provide |provides |contain |contains |include |includes )?"
     r"(?:enough|sufficient) (?:information|info|data|details)\b",
     r"\b(?:is|are|remains?) (?:unknown|undefined|indeterminate|undetermined)\b",
+    # what a short reply says instead of an answer: read as a span of words, it would vote
+    r"\b(?:do not|don't|dont|doesn't|does not) know\b|\b(?:not sure|unsure|no idea)\b|^sorry\b",
+    r"\b(?:hard|difficult|impossible) to (?:say|tell)\b|\b(?:can't|cannot|can not) (?:say|tell)\b",
 )
 
 _WRAPPED = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
@@ -223,13 +275,16 @@ _FRAC = re.compile(r"^(-?)\\frac\{(-?\d+)\}\{(\d+)\}$|^(-?)\\frac(\d)(\d)$")
 @lru_cache(maxsize=65536)
 def normalize_answer(answer: str | None) -> str | None:
     """A canonical string form: wrappers, `$`, `%`, spaces, thousands separators and a trailing `.`
-    removed, `\\dfrac`→`\\frac`, and plain numbers written canonically (18.0 → 18, 1/2 → 1/2)."""
+    removed, `\\dfrac`→`\\frac`, and plain numbers written canonically (18.0 → 18, 1/2 → 1/2). A word answer
+    keeps its words (`answer_text.text_form`: "New York"), a number word becomes its number ("two" → 2)."""
     if answer is None:
         return None
     s = answer.strip()
     if (boxed := _last_boxed(s)) is not None and s.startswith(("\\boxed", "\\fbox")):
         s = boxed
     s = _TEXT_WRAPPER.sub(r"\1", s).strip("*`").strip()
+    if is_text_form(s):  # a word answer ("Canberra", "New York", "yes"): its words as written, compared by text_key
+        return number_word(s) or text_form(s)
     if m := _NUMBER_WITH_UNIT.match(s):  # "18 dollars", "3.5 meters"
         s = m.group(1)
     s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\left", "").replace("\\right", "")
@@ -382,6 +437,8 @@ def equivalent(a: str | None, b: str | None) -> bool:
         return False
     if na == nb:
         return True
+    if is_text_form(na) or is_text_form(nb):
+        return text_key(na) == text_key(nb)
     na, nb = _comparable(na), _comparable(nb)
     if na is None or nb is None:
         return False
@@ -397,9 +454,9 @@ def equivalent(a: str | None, b: str | None) -> bool:
 def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:
     """Equivalence classes of `answers` as lists of positions, in order of first appearance.
 
-    Answers are bucketed by normal form, then numbers and expressions by their value key (a dict lookup, no
-    pairwise work); math-verify's symbolic check runs only between the remaining forms (sets, tuples,
-    intervals, equations) and the classes of such forms. None answers join no class.
+    Answers are bucketed by normal form, then word answers by their `text_key` and numbers and expressions by
+    their value key (dict lookups, no pairwise work); math-verify's symbolic check runs only between the
+    remaining forms (sets, tuples, intervals, equations) and the classes of such forms. None answers join no class.
     """
     buckets: dict[str, list[int]] = {}
     for i, answer in enumerate(answers):
@@ -407,8 +464,16 @@ def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:
             buckets.setdefault(form, []).append(i)
     classes: list[list[int]] = []
     by_value: dict[tuple[str, ...], list[int]] = {}
+    by_text: dict[str, list[int]] = {}
     symbolic: list[tuple[str, list[int]]] = []  # (representative form, members)
     for form, members in buckets.items():
+        if is_text_form(form):
+            if (key := text_key(form)) in by_text:
+                by_text[key].extend(members)
+            else:
+                by_text[key] = list(members)
+                classes.append(by_text[key])
+            continue
         comparable = _comparable(form)
         try:
             key = _value_key(comparable) if comparable is not None else None

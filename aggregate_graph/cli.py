@@ -16,6 +16,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from aggregate_graph.aggregators import Aggregator
+from aggregate_graph.answer_types import ANSWER_TYPES
 from aggregate_graph.cli_common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
@@ -123,7 +124,9 @@ def _show(sample_set: SampleSet, out: Any) -> None:
         print(f"\nVotes ({agg.method}): {votes}", file=out)
     else:  # nothing to vote on: the fallback picked a text
         picked = f"candidate {agg.support[0]}" if agg.support else "a text"
-        print(f"\nNo candidate stated an answer; {agg.method} picked {picked} as the most typical", file=out)
+        read_as = agg.details.get("answer_type") or "an answer"
+        print(f"\nNo vote: no candidate stated a readable answer (read as {read_as}); {agg.method} picked {picked} "
+              "as the most typical", file=out)  # fmt: skip
     if cut:  # a cut-off solution states no answer (its last number is not one), so it does not vote
         print(f"{cut} of {len(sample_set.candidates)} stopped at the token limit before answering: raise "
               "--max-tokens for longer answers", file=out)  # fmt: skip
@@ -159,6 +162,7 @@ def ask(args: argparse.Namespace) -> int:
         adaptive=adaptive,
         max_n=args.max_n,
         aggregator=aggregator,
+        answer_type=args.answer_type,
     )
     state: dict[str, Any] = {}
     arrived = 0
@@ -166,7 +170,8 @@ def ask(args: argparse.Namespace) -> int:
         for mode, chunk in graph.stream({"messages": [HumanMessage(args.question)]}, stream_mode=["custom", "values"]):
             if mode == "custom":
                 arrived += 1
-                status = f"error: {chunk['error'][:60]}" if chunk["error"] else f"answer {chunk['answer']}"
+                answer = "no answer" if chunk["answer"] is None else f"answer {chunk['answer']}"
+                status = f"error: {chunk['error'][:60]}" if chunk["error"] else answer
                 print(
                     f"[{arrived}/{chunk['of']}] candidate {chunk['candidate']} ({chunk['latency_s'] or 0:.1f}s): "
                     f"{status}",
@@ -198,6 +203,11 @@ def parser() -> argparse.ArgumentParser:
     ask_cmd = commands.add_parser("ask", help="answer a question with n candidates and an aggregator", parents=[common])
     ask_cmd.add_argument("question")
     ask_cmd.add_argument("--n", type=int, default=5, help="candidates to draw (default 5)")
+    ask_cmd.add_argument(
+        "--answer-type", choices=ANSWER_TYPES, default="auto",
+        help="how each candidate's answer is read: numbers and maths, an option letter, yes/no, a short span of "
+        "words; auto (default) chooses per question",
+    )  # fmt: skip
     ask_cmd.add_argument(
         "--model",
         default="local",

@@ -31,6 +31,7 @@ from aggregate_graph._moved import moved_attribute
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
+from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type, read_answers
 from aggregate_graph.draw_settings import CandidatePolicy, Sampler
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
@@ -161,8 +162,10 @@ class _Nodes:
         fallback: Runnable[SampleSet, Aggregation] | None,
         max_concurrency: int,
         may_checkpoint: bool,
+        answer_type: AnswerTypeSpec = "auto",
     ) -> None:
         self.pool, self.n, self.aggregator, self.fallback = pool, n, aggregator, fallback
+        self.answer_type = answer_type
         self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
         self.log_namespace = log_namespace
         self.max_concurrency, self.may_checkpoint = max_concurrency, may_checkpoint
@@ -208,12 +211,32 @@ class _Nodes:
             return await run_in_executor(config, self.route, state, config)
         return self.route(state, config)
 
-    def _reporter(self) -> OnDrawn:
-        """Tells a parent streaming `custom` events of candidates as they land."""
+    def _read(self, question: str, candidates: Sequence[Candidate]) -> str:
+        """Reads the answers of `candidates` (in place) under the graph's answer type, as one set; the type used.
+
+        A candidate cut off by the token limit has stated no answer: its last number is not one. An abstention
+        ("The answer is unknown.") is no answer either: it is recorded in `abstention` and does not vote."""
+        readable = [c for c in candidates if c.ok]
+        reading = read_answers(
+            question,
+            [c.text for c in readable],
+            self.answer_type,
+            cut_off=[c.finish_reason == "length" for c in readable],
+            abstentions=self.policy.abstentions,
+        )
+        for c, answer, abstention in zip(readable, reading.answers, reading.abstentions, strict=True):
+            c.answer, c.abstention = answer, abstention
+        return reading.type
+
+    def _reporter(self, draw: Draw) -> OnDrawn:
+        """Reads each candidate as it lands (alone: the whole set is read again before the vote) and tells a
+        parent streaming `custom` events of it."""
         write, n = get_stream_writer(), self.n
+        question, _ = last_turn(draw.messages)
 
         def report(candidates: list[Candidate]) -> None:
             for c in candidates:
+                self._read(question, [c])
                 write(
                     {
                         "candidate": c.index,
@@ -235,7 +258,7 @@ class _Nodes:
         return self.policy.model_copy(update={"max_concurrency": draw.concurrency})
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler, report = self.pool[draw.sampler_index], self._reporter()
+        sampler, report = self.pool[draw.sampler_index], self._reporter(draw)
         if (policy := self._wave_policy(draw)) is not None:
             return {"candidates": draw_singles(draw, sampler, policy, config, report)}
         candidates = draw_candidates(draw, sampler, self.policy, config)
@@ -243,7 +266,7 @@ class _Nodes:
         return {"candidates": candidates}
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler, report = self.pool[draw.sampler_index], self._reporter()
+        sampler, report = self.pool[draw.sampler_index], self._reporter(draw)
         if (policy := self._wave_policy(draw)) is not None:
             return {"candidates": await adraw_singles(draw, sampler, policy, config, report)}
         candidates = await adraw_candidates(draw, sampler, self.policy, config)
@@ -251,7 +274,9 @@ class _Nodes:
         return {"candidates": candidates}
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
-        candidates = state.get("candidates") or []
+        """The set to aggregate, its answers read as one set (a sentence backs one of the set's short answers)."""
+        candidates = [c.model_copy() for c in state.get("candidates") or []]
+        answer_type = self._read(state["question"], candidates)
         sample_set = SampleSet(
             question=state["question"],
             candidates=candidates,
@@ -259,6 +284,8 @@ class _Nodes:
             metadata={
                 "waves": max((c.wave for c in candidates), default=0) + 1,
                 "samples_saved": self.n - len(candidates),
+                "answer_type": answer_type,
+                "answers_read": sum(c.answer is not None for c in candidates),
             },
         )
         if len(sample_set.succeeded) < self.min_candidates:
@@ -293,9 +320,11 @@ class _Nodes:
         return {"sample_set": sample_set, "messages": [message]}
 
     def _decided(self, sample_set: SampleSet, aggregation: Aggregation, choices: dict[str, float]) -> SampleSet:
-        if choices:  # tools were proposed and answering now won: say so
-            aggregation = aggregation.model_copy(update={"details": {**aggregation.details, "choices": choices}})
-        return sample_set.model_copy(update={"aggregation": aggregation})
+        """The set with its aggregation, whose details say how the answers were read (and, when tools were
+        proposed and answering won, the choices)."""
+        read = {key: sample_set.metadata[key] for key in ("answer_type", "answers_read")}
+        details = {**aggregation.details, **read, **({"choices": choices} if choices else {})}
+        return sample_set.model_copy(update={"aggregation": aggregation.model_copy(update={"details": details})})
 
     def _decide(self, sample_set: SampleSet, config: RunnableConfig) -> SampleSet:
         """A voted tool plan, or the aggregator's answer; the fallback's pick when the aggregator finds nothing
@@ -370,6 +399,7 @@ def build_aggregate_graph(
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
     fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
+    answer_type: AnswerTypeSpec = "auto",
     name: str = "aggregate_graph",
 ) -> CompiledStateGraph:
     """A compiled graph that answers the last human message with `n` candidates and an aggregation.
@@ -379,7 +409,9 @@ def build_aggregate_graph(
     `aggregator` is an Aggregator or a name from the registry (`"majority"`, the default; `"ssa"`: the shipped
     trained SSA, in-process; see `load_aggregator`). When candidates call tools, the graph votes on the plans
     first (`vote_tool_calls`); when the aggregator finds no answer to decide on, `fallback` (the medoid
-    candidate; None: raise) picks one.
+    candidate; None: raise) picks one, and its details say how the answers were read. `answer_type` says what kind
+    of answer to read from each candidate: "auto" (chosen per question: `answer_types.infer_answer_type`), "math",
+    "choice", "boolean", "span", a compiled regular expression or a function of the text (`answer_types`).
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
     """
     n, aggregator, fallback = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
@@ -394,6 +426,7 @@ def build_aggregate_graph(
         fallback,
         max_concurrency,
         checkpointer is not False,  # False: never, even inside a parent that has one
+        check_answer_type(answer_type),
     )
     route = _SyncAsyncNode("route", nodes.route, nodes.aroute)
     builder = StateGraph(AggregateState)

@@ -20,7 +20,6 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_con
 from langgraph.constants import TAG_NOSTREAM
 from tenacity import AsyncRetrying, Retrying
 
-from aggregate_graph.answers import stated_answer
 from aggregate_graph.draw_settings import CandidatePolicy, Sampler
 from aggregate_graph.errors import describe, error_body, error_kind
 from aggregate_graph.n_support import after_failed_n, learn, n_was_refused
@@ -67,13 +66,7 @@ def _candidates(
             finish_reason=choice.finish_reason,
             wave=draw.wave,
         )
-        # A solution cut off by the token limit has stated no answer; its last number is not one. An abstention
-        # ("The answer is unknown.") is no answer either: it is recorded in `abstention` and does not vote.
-        cut_off = candidate.finish_reason == "length"
-        candidate.answer, candidate.abstention = stated_answer(
-            candidate.text, last_number=not cut_off, abstentions=policy.abstentions
-        )
-        out.append(candidate)
+        out.append(candidate)  # its answer is read by the graph, under the set's answer type (`answer_types`)
     return out, draw.indices[len(choices) :]
 
 

@@ -103,7 +103,7 @@ PROSE = [
     ("The answer is 3:30 pm.", "3:30pm"),
     ("answer = total_cost", "total_cost"),  # a Faithful-CoT program's variable
     ("answer = sol[1]", "sol[1]"),
-    ("Final Answer: How old will Jerry be in 3 years?\nWe cannot tell.", "HowoldwillJerrybein3years?"),
+    ("Final Answer: How old will Jerry be in 3 years?\nHe will be 15.", "15"),  # the question restated is no answer
     ("The answer is indeed 100, but in a more literal way, it's a special case.", "100"),  # SmolLM2's own
     # a negation or a bound is not a vote for its number
     ("The answer is not 5.", "not5"),

@@ -37,7 +37,7 @@ def test_ask_without_any_stated_answer_shows_the_picked_text(serve):
     server = serve(["Hello there, friend!", "Hello there!", "Good morning to you, friend."])
     done = run("ask", "Say hello", "--n", "3", "--model", "test-model", "--base-url", server.base_url)
     assert done.returncode == 0, done.stderr
-    assert "No candidate stated an answer; medoid picked candidate " in done.stdout
+    assert "No vote: no candidate stated a readable answer (read as math); medoid picked candidate " in done.stdout
     assert done.stdout.rstrip().splitlines()[-1].startswith("Final text: Hello there")
 
 

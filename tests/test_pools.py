@@ -212,7 +212,7 @@ def test_data_is_found_from_the_working_directory(monkeypatch, tmp_path):
 
 def test_pools_screen_abstentions_by_the_runtimes_rule(faithful_cot):
     """The loaders apply `answers.screen_answer`, as the runtime does: "[invalid]", "None" and sentences such as
-    "The answer cannot be determined …" do not vote and keep their reason. This changes six gpt-3.5-turbo_standard
+    "The answer cannot be determined …" do not vote and keep their reason. This changes seven gpt-3.5-turbo_standard
     candidates whose last number used to count (all wrong) and no reference number above."""
     reasons = {}
     for s in faithful_cot:
@@ -232,6 +232,7 @@ def test_pools_screen_abstentions_by_the_runtimes_rule(faithful_cot):
         157: ("40", "cannot be determined"),
         162: ("20", "cannot be determined"),
         257: ("10", "cannot be determined"),
+        181: ("5", "don't know"),  # "… we don't know how many … at least r red roses by 5 pm": 5 pm is no answer
         750: ("4", "impossible to calculate"),
         818: ("20", "cannot be determined"),
         1218: ("-7", "impossible to calculate"),
