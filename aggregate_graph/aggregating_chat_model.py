@@ -38,6 +38,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_valid
 
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
+from aggregate_graph.answer_types import check_answer_type
 from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler, describe_model
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
@@ -103,6 +104,7 @@ class AggregatingChatModel(BaseChatModel):
     max_n: int = MAX_CANDIDATES
     max_concurrency: int = 64
     fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK
+    answer_type: Any = Field(default="auto", description="how each candidate's answer is read (`answer_types`)")
     store: BaseStore | None = Field(default=None, exclude=True)
     _graphs: OrderedDict[str, CompiledStateGraph] = PrivateAttr(default_factory=OrderedDict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -116,6 +118,11 @@ class AggregatingChatModel(BaseChatModel):
     def _resolve_aggregator(cls, value: Any, info: ValidationInfo) -> Any:
         # a name loads here, once, not per compiled graph: the shipped SSA's model is loaded by one instance
         return resolve_aggregator(value, info.field_name or "aggregator")
+
+    @field_validator("answer_type")
+    @classmethod
+    def _check_answer_type(cls, value: Any) -> Any:
+        return check_answer_type(value)
 
     @model_validator(mode="after")
     def _resolve_models(self) -> AggregatingChatModel:
@@ -223,6 +230,7 @@ class AggregatingChatModel(BaseChatModel):
             max_n=self.max_n,
             max_concurrency=self.max_concurrency,
             fallback=self.fallback,
+            answer_type=self.answer_type,
             store=self.store,
             checkpointer=False,
             name="aggregating_chat_model",

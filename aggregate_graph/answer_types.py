@@ -51,14 +51,16 @@ _BOOLEAN_QUESTION = re.compile(
 # choice between named things ("Is it red or blue?")
 _POLAR_QUESTION = re.compile(
     r"^\W*(?:is|are|am|was|were|do|does|did|can|could|will|would|should|shall|has|have|had|must|may|might)\b"
-    r"(?![^?]*\b(?:you|or)\b)[^?.!]*\?\s*$",
+    r"(?![^?]*\b(?:you|or)\b)(?!\s+(?:i|we)\b)[^?.!]*\?\s*$",
     re.IGNORECASE,
 )
 _TRUE_FALSE_QUESTION = re.compile(r"\btrue\b[^\n]*\bfalse\b|\bfalse\b[^\n]*\btrue\b", re.I)
 _POSITIVE = frozenset(("yes", "true", "correct", "right", "yep", "yeah"))
 _BOOLEAN_OPENING = re.compile(
     r"^\W*(?:(?:that|it|this|the statement|the claim|the answer)(?:'s|’s|\s+is|\s+was)\s+)?(not\s+)?"
-    r"(yes|no|true|false|correct|incorrect|yep|yeah|nope)\b",
+    r"(yes|no|true|false|correct|incorrect|yep|yeah|nope)\b"
+    # a verdict, not "No problem at all." nor "True story"
+    r"(?=\s*(?:[,.!;:—–)*-]|$)|\s+(?:it|that|this|because|since|as|the|he|she|they|we|there|i)\b)",
     re.IGNORECASE,
 )
 _BOOLEAN_PHRASE = re.compile(r"^\W*(?:(?:that|it|this)(?:'s|’s|\s+is)\s+)(right|wrong)\b", re.IGNORECASE)
@@ -299,17 +301,22 @@ def _kind(text: str, wordy: bool = False) -> str | None:
 
 def infer_answer_type(question: str, texts: Sequence[str]) -> str:
     """The answer type of a set: `choice` when the question lists options, `boolean` when it asks "yes or no" or
-    "true or false" or is a question opened by its verb ("Is 91 prime?"), else the kind most texts state (ties:
+    "true or false", or is a question opened by its verb ("Is 91 prime?") that most texts answer without stating
+    another answer ("The answer is 42."), else the kind most texts state (ties:
     math, choice, boolean, span). Short replies are read as spans only for a question or an instruction that asks
     for one ("Say hello" is small talk: no vote)."""
     if listed_options(question):
         return "choice"
-    if _BOOLEAN_QUESTION.search(question) or _POLAR_QUESTION.match(question.strip()):
+    if _BOOLEAN_QUESTION.search(question):
         return "boolean"
     wordy = _WORDY_QUESTION.match(question.strip()) is not None
     kinds = Counter(kind for text in texts if (kind := _kind(text, wordy)) is not None)
-    if not _ASKS.search(question):
+    stated = sum(_extract(text, last_number=False)[0] is not None for text in texts)
+    if _POLAR_QUESTION.match(question.strip()) and 2 * stated <= len(texts):  # unless most state another answer
+        return "boolean"
+    if not _ASKS.search(question):  # small talk ("Thanks!"): "No problem at all." is no vote
         kinds.pop("span", None)
+        kinds.pop("boolean", None)
     order = ("math", "choice", "boolean", "span")
     return max(order, key=lambda kind: (kinds[kind], -order.index(kind))) if kinds else "math"
 

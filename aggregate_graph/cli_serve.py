@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from aggregate_graph.answer_types import ANSWER_TYPES
 from aggregate_graph.cli_common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
@@ -138,6 +139,7 @@ def proxy(args: argparse.Namespace) -> int:
             aggregator_weights=args.aggregator_weights,
             n=args.n,
             min_candidates=args.min_candidates,
+            answer_type=args.answer_type,
             upstream_timeout_s=args.upstream_timeout,
             upstream_retries=args.upstream_retries,
             max_n=args.max_n,
@@ -173,6 +175,10 @@ def add_proxy(commands: Any, common: argparse.ArgumentParser) -> None:
     proxy_cmd.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")
     proxy_cmd.add_argument("--n", type=int, default=5, help="candidates per answer (default 5)")
     proxy_cmd.add_argument("--min-candidates", type=int, default=1, help="fewer successful candidates is an error")
+    proxy_cmd.add_argument(
+        "--answer-type", choices=ANSWER_TYPES, default="auto",
+        help="how each candidate's answer is read (default auto: chosen per question)",
+    )  # fmt: skip
     proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
     proxy_cmd.add_argument("--port", type=int, default=8080)
     # No defaults here: a variable named on the command line must be set, a default one may be absent.

@@ -26,6 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregating_chat_model import AggregatingChatModel
+from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type
 from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, check_options
 from aggregate_graph.registry import AggregatorSpec
@@ -57,6 +58,7 @@ class AggregationMiddleware(AgentMiddleware):
         max_n: int = MAX_CANDIDATES,
         max_concurrency: int = 64,
         fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
+        answer_type: AnswerTypeSpec = "auto",
         store: BaseStore | None = None,
     ) -> None:
         super().__init__()
@@ -72,6 +74,7 @@ class AggregationMiddleware(AgentMiddleware):
             "max_n": max_n,
             "max_concurrency": max_concurrency,
             "fallback": fallback,
+            "answer_type": check_answer_type(answer_type),
             "store": store,
         }
         self._models: OrderedDict[int, tuple[BaseChatModel, AggregatingChatModel]] = OrderedDict()

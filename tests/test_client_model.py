@@ -104,7 +104,7 @@ async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serv
     assert full_path_calls == []
     full = await adraw_candidates(draw, sampler, SINGLES, {"callbacks": [recorder]})
     assert full_path_calls == [1, 1, 1] and sorted(recorder.events) == ["end"] * 3 + ["start"] * 3
-    assert _seen(direct) == _seen(full) and [c.abstention for c in direct] == ["unknown"] * 3
+    assert _seen(direct) == _seen(full) and [c.text for c in direct] == ["The answer is unknown."] * 3
 
 
 def test_sync_candidates_take_the_same_paths(serve, full_path_calls) -> None:

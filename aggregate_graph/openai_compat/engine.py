@@ -17,6 +17,7 @@ from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
+from aggregate_graph.answer_types import AnswerTypeSpec
 from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph, check_n
@@ -141,8 +142,10 @@ class ClientAggregator:
         store: BaseStore | None,
         weights: WeightedVote | None = None,
         base_url: str = "http://wrap-openai.invalid/v1",
+        answer_type: AnswerTypeSpec = "auto",
     ) -> None:
         self.client, self.is_async = client, client.is_async
+        self.answer_type = answer_type
         self.aggregator_client = aggregator_client or client
         self.n, self.aggregator, self.policy = check_n(n, max_n), aggregator, policy
         self.client_timeout, self.client_retries = client_timeout, client_retries
@@ -298,6 +301,7 @@ class ClientAggregator:
             min_candidates=min_candidates,
             max_n=self.max_n,
             max_concurrency=self.max_concurrency,
+            answer_type=self.answer_type,
             store=self.store,
         )
 

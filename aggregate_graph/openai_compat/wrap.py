@@ -19,6 +19,7 @@ from langchain_core.runnables import Runnable
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregators import WeightedVote
+from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type
 from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.graph import MAX_CANDIDATES
 from aggregate_graph.openai_compat.chat_output import AsyncStreamedAggregation, StreamedAggregation
@@ -82,6 +83,7 @@ def wrap_openai(
     min_candidates: int = 1,
     max_n: int = MAX_CANDIDATES,
     max_concurrency: int = 64,
+    answer_type: AnswerTypeSpec = "auto",
     store: BaseStore | None = None,
 ) -> ClientT:
     """Patch `client.chat.completions.create` (an `OpenAI` or `AsyncOpenAI`, Azure included) to answer with
@@ -102,7 +104,8 @@ def wrap_openai(
     `aggregator_client`, default: this client (the same kind, sync or async); one that takes weights gets the
     `WeightedVote` of the `aggregator_weights` file ("weighted" needs it). The shipped trained SSA, run locally on
     the CPU, is an Aggregator object: `aggregator=load_aggregator("ssa")`. A request's own `method` may be any
-    name whose options the wrapper can give.
+    name whose options the wrapper can give. `answer_type` says how each candidate's answer is read ("auto",
+    "math", "choice", "boolean", "span", a compiled regex or a function of the text: `answer_types`).
 
     Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the graph's
     `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still falls
@@ -125,6 +128,7 @@ def wrap_openai(
         "min_candidates": min_candidates,
         "max_n": max_n,
         "max_concurrency": max_concurrency,
+        "answer_type": answer_type,
         "store": store,
     }
     methods = client_methods(client)
@@ -149,6 +153,7 @@ def wrap_openai(
         min_candidates=min_candidates,
         max_n=max_n,
         max_concurrency=max_concurrency,
+        answer_type=check_answer_type(answer_type),
         store=store,
         base_url=str(getattr(client, "base_url", "http://wrap-openai.invalid/v1")),
     )

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
+from aggregate_graph.answer_types import AnswerType
 from aggregate_graph.errors import AggregateGraphError, describe
 from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
 from aggregate_graph.openai_compat.request import RequestError
@@ -69,6 +70,7 @@ class ProxyConfig(BaseModel):
     aggregator_model: str | None = None
     n: int = Field(default=5, ge=1)
     min_candidates: int = Field(default=1, ge=1)
+    answer_type: AnswerType = Field(default="auto", description="how each candidate's answer is read (`answer_types`)")
     api_key: SecretStr | None = Field(default=None, description="clients must send it as a bearer token")
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     upstream_retries: int = Field(default=2, ge=0)
@@ -248,6 +250,7 @@ class UpstreamClients:
             aggregator_weights=config.aggregator_weights,
             min_candidates=config.min_candidates,
             max_n=config.max_n,
+            answer_type=config.answer_type,
         )
         return self
 
