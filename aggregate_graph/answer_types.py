@@ -113,11 +113,6 @@ class Reading:
     answers: list[str | None]
     abstentions: list[str | None]
 
-    @property
-    def read(self) -> int:
-        """How many texts stated an answer."""
-        return sum(a is not None for a in self.answers)
-
 
 def listed_options(question: str) -> dict[str, str]:
     """The options a question lists, letter → text, when it lists at least two from A on ("(A) 41 (B) 42", or
