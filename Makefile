@@ -58,6 +58,7 @@ bench: install
 	$(BIN)/python benchmarks/proxy_load.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
 	$(BIN)/python benchmarks/content_kinds.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/answer_reading.py
 	$(BIN)/python benchmarks/first_run.py
 
 bench-vllm: install vllm-env   # the shipped SSA served by vLLM against in-process, on this machine

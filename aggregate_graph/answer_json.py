@@ -101,6 +101,8 @@ def json_answer(text: str, fields: Sequence[str] = ANSWER_FIELDS) -> str | None:
     """The answer a JSON reply states: the first of `fields` in the last object of `text` that has one, as text
     (a number as written, a boolean as "true"/"false"); for JSON that does not parse, the last `"answer": …` pair;
     None when `text` names none."""
+    if not any(f'"{name}"' in text for name in fields):  # most replies: no field to read, nothing to parse
+        return None
     for obj in reversed(_objects(text)):
         if (value := _field(obj, fields)) is not None:
             return _as_text(value)

@@ -162,6 +162,16 @@ def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | Non
     """The answer and how it was found: "json", "boxed", "tag", "marker", "stated", "number"; or (None, None)."""
     if not text:
         return None, None
+    found, how = _statement(text)
+    if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
+        found, how = numbers[-1].strip().strip("$*`").strip(), "number"
+    return (found, how) if found else (None, None)
+
+
+# Reading a set locates each text's statement several times (its kind, then its answer): cached per text.
+@lru_cache(maxsize=4096)
+def _statement(text: str) -> tuple[str | None, str | None]:
+    """The answer a text states, without the last-number fallback, and how it was found; or (None, None)."""
     found, how = json_answer(text), "json"
     if found is not None:
         found = _last_boxed(found) or found
@@ -173,8 +183,6 @@ def _extract(text: str | None, last_number: bool) -> tuple[str | None, str | Non
         found, how = _after_last_marker(text) or _assigned_last(text) or _under_heading(text), "marker"
     if found is None:
         found, how = _after_last_stated(text), "stated"
-    if found is None and last_number and (numbers := _NUMBER.findall(text[-2000:])):
-        found, how = numbers[-1], "number"
     found = found.strip().strip("$*`").strip() if found is not None else None  # markdown too: "is **18**."
     return (found, how) if found else (None, None)
 

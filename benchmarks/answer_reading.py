@@ -13,7 +13,8 @@ normalised text.
 
 Speed: texts/s over the corpus, each text read alone (a one-text set for the new reader), repeated `--reps` times;
 and whole-pool throughput: every candidate text of the Faithful-CoT COT files (6 LMs, problems with id % 5 != 0)
-and of the ZeroEval MATH level-5 sets with id % 4 == 1, the new reader reading each problem's set at once.
+and of the ZeroEval MATH level-5 sets with id % 4 == 1, the new reader reading each problem's set at once. The new
+reader's per-text cache of stated answers is emptied before each timed pass: every pass reads every text afresh.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def load_new_reader() -> tuple[Callable | None, Callable | None, str]:
     except ImportError as error:
         return None, None, str(error)
     return read_answers, same_answer, ""
+
+
+def forget_statements() -> None:
+    """Empty the new reader's per-text cache of stated answers, so that a repeat reads each text afresh."""
+    from aggregate_graph import answers
+
+    if hasattr(answers, "_statement"):
+        answers._statement.cache_clear()
 
 
 def _text_key(s: str) -> str:
@@ -154,6 +163,7 @@ def main() -> None:
 
     def read_new(rs: list[dict]) -> int:
         assert read_answers is not None
+        forget_statements()
         for r in rs:  # each text alone: a one-text set
             read_answers(r["question"], [r["text"]], r.get("answer_type", "auto"))
         return len(rs)
@@ -208,6 +218,7 @@ def main() -> None:
     old_pool = n_texts / (time.perf_counter() - start)
     new_pool = None
     if read_answers is not None:
+        forget_statements()
         start = time.perf_counter()
         for question, texts in sets:
             read_answers(question, texts)
