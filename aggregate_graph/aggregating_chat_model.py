@@ -14,9 +14,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
+from uuid import UUID, uuid4
 
 from langchain_core.callbacks import (
     AsyncCallbackManager,
@@ -25,12 +27,13 @@ from langchain_core.callbacks import (
     CallbackManagerForLLMRun,
 )
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
-from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
@@ -44,11 +47,14 @@ from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggreg
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.registry import resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
+from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks
 
 # Keys LangChain adds to a structured-output call for tracing; they are not options of the candidate model.
 _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")
 _GRAPHS_KEPT = 32  # compiled graphs kept per chat model, one per shape of call (tools, response format, options)
 _JSON_FORMATS = ("json_object", "json_schema")
+# The call being run by an AggregatingChatModel's public method: the model, the call's config and its run id.
+_CALL: ContextVar[tuple[Any, RunnableConfig, UUID] | None] = ContextVar("aggregating_chat_model_call", default=None)
 
 
 def _call_shape(value: Any) -> str:
@@ -236,28 +242,130 @@ class AggregatingChatModel(BaseChatModel):
             name="aggregating_chat_model",
         )
 
-    @staticmethod
-    def _config(run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None) -> RunnableConfig:
-        # The candidates' and the aggregator model's runs nest under this call in traces (a model run has no
-        # `get_child`; this is what it does for chains); "nostream" keeps their tokens out of a parent's
-        # `stream_mode="messages"`, where only this model's answer belongs.
-        if run_manager is None:
-            return {"tags": [TAG_NOSTREAM]}
-        manager = AsyncCallbackManager if isinstance(run_manager, AsyncCallbackManagerForLLMRun) else CallbackManager
-        children = manager(handlers=[], parent_run_id=run_manager.run_id)
-        children.set_handlers(run_manager.inheritable_handlers)
-        children.add_tags(run_manager.inheritable_tags)
-        children.add_metadata(run_manager.inheritable_metadata)
-        return {"callbacks": children, "tags": [TAG_NOSTREAM]}
+    def _run(
+        self, run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None, is_async: bool
+    ) -> tuple[RunnableConfig, UUID | None]:
+        """The graph's config for this call, and this call's run id (None when no callbacks are configured).
 
-    @staticmethod
-    def _result(state: dict[str, Any]) -> ChatResult:
+        The candidates' and the aggregator model's runs nest under this call in traces (a model run has no
+        `get_child`; this is what it does for chains); "nostream" keeps their tokens out of a parent's
+        `stream_mode="messages"`, where only this model's answer belongs. LangChain calls `_stream` without its
+        run manager: the call's config and run id then come from `_CALL`, which this model's public methods set."""
+        if run_manager is not None:
+            handlers, tags = run_manager.inheritable_handlers, run_manager.inheritable_tags
+            metadata, run_id = run_manager.inheritable_metadata, run_manager.run_id
+        elif (call := _CALL.get()) is not None and call[0] is self:
+            _, config, run_id = call
+            configure = AsyncCallbackManager.configure if is_async else CallbackManager.configure
+            manager = configure(
+                config.get("callbacks"), self.callbacks, self.verbose, config.get("tags"), self.tags,
+                config.get("metadata"), self.metadata,
+            )  # fmt: skip
+            handlers, tags, metadata = (
+                manager.inheritable_handlers,
+                manager.inheritable_tags,
+                manager.inheritable_metadata,
+            )
+        else:
+            return {"tags": [TAG_NOSTREAM]}, None
+        children = (AsyncCallbackManager if is_async else CallbackManager)(handlers=[], parent_run_id=run_id)
+        children.set_handlers(handlers)
+        children.add_tags(tags)
+        children.add_metadata(metadata)
+        return {"callbacks": children, "tags": [TAG_NOSTREAM]}, run_id
+
+    @contextmanager
+    def _call(self, config: RunnableConfig | None) -> Iterator[RunnableConfig]:
+        """This call's config with its run id fixed, published in `_CALL` while LangChain runs it."""
+        config = ensure_config(config)
+        run_id = config.get("run_id") or uuid4()
+        token = _CALL.set((self, config, run_id))
+        try:
+            yield {**config, "run_id": run_id}
+        finally:
+            _CALL.reset(token)
+
+    def invoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:  # fmt: skip
+        with self._call(config) as config:
+            return super().invoke(input, config, stop=stop, **kwargs)
+
+    async def ainvoke(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:  # fmt: skip
+        with self._call(config) as config:
+            return await super().ainvoke(input, config, stop=stop, **kwargs)
+
+    def stream(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:  # fmt: skip
+        chunks, config = None, ensure_config(config)
+        config = {**config, "run_id": config.get("run_id") or uuid4()}
+        while True:  # `_CALL` is set while each chunk is made, never across a yield into the caller's code
+            with self._call(config):
+                chunks = chunks or super().stream(input, config, stop=stop, **kwargs)
+                chunk = next(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    async def astream(
+        self, input: LanguageModelInput, config: RunnableConfig | None = None, *, stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:  # fmt: skip
+        chunks, config = None, ensure_config(config)
+        config = {**config, "run_id": config.get("run_id") or uuid4()}
+        while True:
+            with self._call(config):
+                chunks = chunks or super().astream(input, config, stop=stop, **kwargs)
+                chunk = await anext(chunks, None)
+            if chunk is None:
+                return
+            yield chunk
+
+    def _message(self, state: dict[str, Any]) -> AIMessage:
+        """The graph's answer, named for the candidates' model as a chat model's reply is (`model_name`)."""
         message: AIMessage = state["messages"][-1]
+        metadata = {**message.response_metadata, "model_name": self.model_name}
+        return message.model_copy(update={"response_metadata": metadata})
+
+    def _result(self, state: dict[str, Any]) -> ChatResult:
         sample_set: SampleSet = state["sample_set"]
         return ChatResult(
-            generations=[ChatGeneration(message=message)],
+            generations=[ChatGeneration(message=self._message(state))],
             llm_output={"token_usage": sample_set.usage.model_dump(), "sample_set_id": sample_set.id},
         )
+
+    @staticmethod
+    def _progress(config: RunnableConfig, run_id: UUID | None) -> Callable[[Any], None]:
+        """Where each candidate's report goes: this call's callbacks, as the custom event `PROGRESS_EVENT`
+        (`astream_events`), and the stream of the LangGraph graph that called this model, if any
+        (`stream_mode="custom"`: an agent's model node)."""
+        callbacks, writer = config.get("callbacks"), _parent_stream_writer()
+
+        def report(data: Any) -> None:
+            if run_id is not None and isinstance(callbacks, CallbackManager):
+                callbacks.on_custom_event(PROGRESS_EVENT, data, run_id=run_id)
+            if writer is not None:
+                writer(data)
+
+        return report
+
+    @staticmethod
+    def _aprogress(config: RunnableConfig, run_id: UUID | None) -> Callable[[Any], Any]:
+        callbacks, writer = config.get("callbacks"), _parent_stream_writer()
+
+        async def report(data: Any) -> None:
+            if run_id is not None and isinstance(callbacks, AsyncCallbackManager):
+                await callbacks.on_custom_event(PROGRESS_EVENT, data, run_id=run_id)
+            if writer is not None:
+                writer(data)
+
+        return report
 
     def _generate(
         self,
@@ -266,7 +374,7 @@ class AggregatingChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        graph, config = self._graph(stop, kwargs), self._config(run_manager)
+        graph, (config, _) = self._graph(stop, kwargs), self._run(run_manager, is_async=False)
         with _nested(config):
             return self._result(graph.invoke({"messages": messages}, config))
 
@@ -277,6 +385,55 @@ class AggregatingChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        graph, config = self._graph(stop, kwargs), self._config(run_manager)
+        graph, (config, _) = self._graph(stop, kwargs), self._run(run_manager, is_async=True)
         with _nested(config):
             return self._result(await graph.ainvoke({"messages": messages}, config))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        """The candidates are drawn and aggregated (each reported as it lands: `_progress`), then the decided
+        answer is streamed as chunks that add up to what `invoke` returns (`streaming.answer_chunks`)."""
+        graph, (config, run_id) = self._graph(stop, kwargs), self._run(run_manager, is_async=False)
+        report, state = self._progress(config, run_id), None
+        with _nested(config):
+            for mode, data in graph.stream({"messages": messages}, config, stream_mode=["custom", "values"]):
+                if mode == "custom":
+                    report(data)
+                else:
+                    state = data
+        assert state is not None  # the graph ends by aggregating, or raises
+        for chunk in answer_chunks(self._message(state)):
+            yield ChatGenerationChunk(message=chunk)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        graph, (config, run_id) = self._graph(stop, kwargs), self._run(run_manager, is_async=True)
+        report, state = self._aprogress(config, run_id), None
+        with _nested(config):
+            async for mode, data in graph.astream({"messages": messages}, config, stream_mode=["custom", "values"]):
+                if mode == "custom":
+                    await report(data)
+                else:
+                    state = data
+        assert state is not None
+        for chunk in answer_chunks(self._message(state)):
+            yield ChatGenerationChunk(message=chunk)
+
+
+def _parent_stream_writer() -> Callable[[Any], None] | None:
+    """The stream writer of the LangGraph graph whose node calls this model (an agent's model node), or None
+    outside one."""
+    try:
+        return get_stream_writer()
+    except (RuntimeError, KeyError):  # no runnable context; a context that is no graph's (an LCEL chain)
+        return None

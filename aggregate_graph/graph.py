@@ -8,15 +8,21 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
+from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import run_in_executor
+
+# the marker of handlers that stream chat models' tokens, as LangChain's `_should_stream` and LangGraph read it
+from langchain_core.tracers._streaming import _StreamingCallbackHandler
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.config import get_store, get_stream_writer
+from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
@@ -38,6 +44,7 @@ from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
+from aggregate_graph.streaming import AnswerSpeaker
 
 if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
     from aggregate_graph.draw_settings import AdaptiveSampling
@@ -55,6 +62,9 @@ MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
 DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
+# Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
+# chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
+_SPEAKER = AnswerSpeaker(name="aggregate_answer")
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
@@ -92,6 +102,16 @@ def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
                 raise ValueError("the last human message is empty: there is no question to answer")
             return question, list(messages[:end])
     raise ValueError("no question: the state's `messages` has no human message")
+
+
+def _streams(config: RunnableConfig) -> bool:
+    """Whether the answer is said as a chat model's reply: where a handler streams chat models' tokens (LangGraph's
+    `stream_mode="messages"`, `astream_events`), except where the caller tags the graph "nostream"
+    (`AggregatingChatModel` streams the answer as its own)."""
+    callbacks = config.get("callbacks")
+    handlers = callbacks.handlers if isinstance(callbacks, BaseCallbackManager) else callbacks or []
+    streaming = any(isinstance(h, _StreamingCallbackHandler) for h in handlers)
+    return streaming and TAG_NOSTREAM not in (config.get("tags") or [])
 
 
 def _checkpointed(config: RunnableConfig) -> bool:
@@ -308,6 +328,7 @@ class _Nodes:
     def _output(sample_set: SampleSet) -> dict[str, Any]:
         usage = sample_set.usage
         message = AIMessage(
+            id=str(uuid.uuid4()),  # the streamed chunks' id too: LangGraph then does not send the message twice
             content=sample_set.aggregation.text if sample_set.aggregation else "",
             tool_calls=sample_set.aggregation.tool_calls if sample_set.aggregation else [],
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
@@ -368,7 +389,10 @@ class _Nodes:
             raise
         if store is not None:
             log_sample_set(store, sample_set, self.log_namespace)
-        return self._output(sample_set)
+        output = self._output(sample_set)
+        if _streams(config):
+            _SPEAKER.invoke(output["messages"], config)
+        return output
 
     async def aaggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         store = get_store()
@@ -380,7 +404,10 @@ class _Nodes:
             raise
         if store is not None:
             await alog_sample_set(store, sample_set, self.log_namespace)
-        return self._output(sample_set)
+        output = self._output(sample_set)
+        if _streams(config):
+            await _SPEAKER.ainvoke(output["messages"], config)
+        return output
 
 
 def build_aggregate_graph(

@@ -60,3 +60,11 @@ def serve() -> Iterator[Callable[..., OpenAITestServer]]:
 def chat(server: OpenAITestServer, model: str = "test-model", **kwargs: Any) -> ChatOpenAI:
     """The real LangChain OpenAI client against a test server; retries are the graph's, not the client's."""
     return ChatOpenAI(base_url=server.base_url, api_key="test-key", model=model, max_retries=0, **kwargs)
+
+
+def joined_by_message(streamed: list[tuple[Any, dict[str, Any]]]) -> list[tuple[str, str]]:
+    """`stream_mode="messages"` output as (text, node) per message: the chunks of one message joined."""
+    joined: dict[str, list[Any]] = {}
+    for chunk, meta in streamed:
+        joined.setdefault(chunk.id, ["", meta["langgraph_node"]])[0] += chunk.text
+    return [(text, node) for text, node in joined.values()]

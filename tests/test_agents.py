@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -21,7 +21,7 @@ from typing_extensions import TypedDict
 
 from aggregate_graph import AggregateNode, AggregatingChatModel, Sampler, SampleSet, build_aggregate_graph
 from aggregate_graph.testing import tool_calls_reply
-from tests.conftest import chat
+from tests.conftest import chat, joined_by_message
 
 QUESTION = "What is 6 times 7?"
 
@@ -78,12 +78,15 @@ def test_only_the_aggregated_answer_streams_as_the_agents_message(serve):
     server = serve(calculator_replies)
     multiply, _ = counting_multiply()
     agent = create_react_agent(AggregatingChatModel(chat(server), n=3), [multiply])
-    streamed = [
-        (chunk.content, meta["langgraph_node"])
-        for chunk, meta in agent.stream({"messages": [HumanMessage(QUESTION)]}, stream_mode="messages")
-    ]
-    # one AI message per model turn (not three candidates' texts), the tool's result between them
-    assert streamed == [("", "agent"), ("42", "tools"), ("6 times 7 is 42. The answer is 42.", "agent")]
+    streamed = list(agent.stream({"messages": [HumanMessage(QUESTION)]}, stream_mode="messages"))
+    # one AI message per model turn (not three candidates' texts), the tool's result between them; each AI
+    # message in chunks, as a chat model streams its reply: the voted call, then the answer word by word
+    assert joined_by_message(streamed) == [
+        ("", "agent"), ("42", "tools"), ("6 times 7 is 42. The answer is 42.", "agent")
+    ]  # fmt: skip
+    answer = [chunk for chunk, _ in streamed if chunk.id == streamed[-1][0].id]
+    assert len(answer) >= 2 and all(isinstance(chunk, AIMessageChunk) for chunk in answer)
+    assert [call["name"] for call in streamed[0][0].tool_call_chunks] == ["multiply"]
 
 
 def test_tool_plans_agree_as_sets_and_answering_now_is_one_choice(serve):

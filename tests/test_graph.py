@@ -10,7 +10,7 @@ import time
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.store.memory import InMemoryStore
 
@@ -456,7 +456,11 @@ def test_message_streaming_keeps_all_n_candidates_and_hides_their_tokens(serve):
     final = [c for mode, c in chunks if mode == "values"][-1]["sample_set"]
     assert server.calls == 1 and sorted(c.answer for c in final.candidates) == ["41", "42", "43"]
     streamed = [message for mode, (message, _) in ((m, c) for m, c in chunks if m == "messages")]
-    assert [m.content for m in streamed] == [final.aggregation.text]  # only the answer, not the candidates
+    # only the answer, not the candidates: in chunks, as a chat model streams its reply, with the state's id
+    assert len(streamed) >= 2 and all(isinstance(m, AIMessageChunk) for m in streamed)
+    assert "".join(m.content for m in streamed) == final.aggregation.text
+    answer = [c for mode, c in chunks if mode == "values"][-1]["messages"][-1]
+    assert {m.id for m in streamed} == {answer.id}
 
 
 def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters(serve):

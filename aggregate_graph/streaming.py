@@ -1,0 +1,97 @@
+"""Streaming the decided answer as LangChain does it: `AIMessageChunk`s that add up to the answer, and the
+candidates' progress as custom events.
+
+An aggregated answer exists only once the vote is decided, so it cannot stream token by token as the
+candidates are generated (their tokens are candidates, not the answer). Once decided, it is streamed in
+word-sized chunks — content first, then each voted tool call as a `tool_call_chunk`, then a last chunk with
+the usage and the response metadata — so that code written for any chat model (`chunk + chunk`, chat UIs on
+`stream_mode="messages"`, `astream_events`) works unchanged, and their sum is the message `invoke` returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.tool import tool_call_chunk
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+
+# The name of the custom event (`astream_events`, callbacks' `on_custom_event`) that reports each candidate as it
+# lands; LangGraph's `stream_mode="custom"` gets the same dict.
+PROGRESS_EVENT = "aggregate_graph.candidate"
+_WORD = re.compile(r"(?<=\s)(?=\S)")  # split before each word that follows whitespace: the pieces join to the text
+
+
+def answer_chunks(message: AIMessage) -> list[AIMessageChunk]:
+    """`message` as the chunks a streaming chat model sends: its text a word per chunk, each tool call as a
+    `tool_call_chunk`, and a last chunk (`chunk_position="last"`) with its usage and response metadata. The
+    chunks share the message's id and add up (`+`) to it."""
+    text = message.content if isinstance(message.content, str) else message.text
+    pieces = [p for p in _WORD.split(text) if p]
+    chunks = [AIMessageChunk(content=piece, id=message.id) for piece in pieces]
+    for index, call in enumerate(message.tool_calls):
+        args = json.dumps(call["args"], ensure_ascii=False)
+        chunk = tool_call_chunk(name=call["name"], args=args, id=call.get("id"), index=index)
+        chunks.append(AIMessageChunk(content="", id=message.id, tool_call_chunks=[chunk]))
+    last = AIMessageChunk(
+        content="",
+        id=message.id,
+        usage_metadata=message.usage_metadata,
+        response_metadata=dict(message.response_metadata),
+        chunk_position="last",
+    )
+    return [*chunks, last]
+
+
+class AnswerSpeaker(BaseChatModel):
+    """A chat model that says the message it is given, as it is: the prebuilt graph's aggregate node passes the
+    decided answer through it so that a parent streaming `stream_mode="messages"` (or `astream_events`) gets the
+    answer as chunks, like any model's reply. It spends no tokens: its chunks carry no usage of their own (the
+    candidates' usage is on the answer in the graph's state)."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "aggregate_graph_answer"
+
+    @staticmethod
+    def _answer(messages: list[BaseMessage]) -> AIMessage:
+        message = messages[-1] if messages else None
+        if not isinstance(message, AIMessage):
+            raise TypeError(f"AnswerSpeaker says an AIMessage given as the last input message; got {message!r}")
+        return message
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        answer = self._answer(messages).model_copy(update={"usage_metadata": None})
+        return ChatResult(generations=[ChatGeneration(message=answer)])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        answer = self._answer(messages)
+        for chunk in answer_chunks(answer.model_copy(update={"usage_metadata": None})):
+            yield ChatGenerationChunk(message=chunk)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in self._stream(messages, stop):
+            yield chunk
