@@ -44,7 +44,7 @@ from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
-from aggregate_graph.streaming import AnswerSpeaker
+from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker
 
 if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
     from aggregate_graph.draw_settings import AdaptiveSampling
@@ -64,7 +64,7 @@ MSGPACK_TYPES = [
 DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
 # Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
 # chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
-_SPEAKER = AnswerSpeaker(name="aggregate_answer")
+_SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
@@ -332,11 +332,7 @@ class _Nodes:
             content=sample_set.aggregation.text if sample_set.aggregation else "",
             tool_calls=sample_set.aggregation.tool_calls if sample_set.aggregation else [],
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
-            usage_metadata={
-                "input_tokens": usage.prompt_tokens,
-                "output_tokens": usage.completion_tokens,
-                "total_tokens": usage.total_tokens,
-            },
+            usage_metadata=usage.usage_metadata(),
         )
         return {"sample_set": sample_set, "messages": [message]}
 

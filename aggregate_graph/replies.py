@@ -47,12 +47,25 @@ class RepliesDirectly(Protocol):
 def _request_usage(result: LLMResult) -> Usage | None:
     """Usage of the whole request: providers report it once per request even when it returns n choices."""
     if (token_usage := (result.llm_output or {}).get("token_usage")) and isinstance(token_usage, dict):
-        return Usage.of(token_usage.get("prompt_tokens"), token_usage.get("completion_tokens"))
+        return Usage.of(
+            token_usage.get("prompt_tokens"),
+            token_usage.get("completion_tokens"),
+            token_usage.get("prompt_tokens_details"),
+            token_usage.get("completion_tokens_details"),
+        )
     metas = [g.message.usage_metadata for g in result.generations[0] if isinstance(g, ChatGeneration)]
-    metas = [m for m in metas if m]
-    if not metas:
+    usages = [u for m in metas if (u := Usage.from_usage_metadata(m)) is not None]
+    if not usages:
         return None
-    return Usage.of(max(m["input_tokens"] for m in metas), sum(m["output_tokens"] for m in metas))
+    # the prompt is billed once per request; each choice's completion (and its details) counts
+    completion = Usage.total(usages)
+    return completion.model_copy(
+        update={
+            "prompt_tokens": max(u.prompt_tokens for u in usages),
+            "total_tokens": max(u.prompt_tokens for u in usages) + completion.completion_tokens,
+            "prompt_tokens_details": usages[0].prompt_tokens_details,
+        }
+    )
 
 
 def reply_of(result: LLMResult) -> Reply:

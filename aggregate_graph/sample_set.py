@@ -35,28 +35,99 @@ def _clean_json(value: Any) -> Any:
     return value
 
 
+# OpenAI's names of the token details (`prompt_tokens_details`, `completion_tokens_details`) and LangChain's for
+# the same counts (`input_token_details`, `output_token_details` of a message's `usage_metadata`).
+_INPUT_DETAILS = {"cached_tokens": "cache_read", "audio_tokens": "audio", "cache_creation_tokens": "cache_creation"}
+_OUTPUT_DETAILS = {"reasoning_tokens": "reasoning", "audio_tokens": "audio"}
+
+
+def _summed(parts: list[dict[str, int] | None]) -> dict[str, int] | None:
+    """Token details added key by key; None when no part has any."""
+    given = [p for p in parts if p]
+    if not given:
+        return None
+    out: dict[str, int] = {}
+    for part in given:
+        for key, value in part.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                out[key] = out.get(key, 0) + value
+    return out
+
+
+def _renamed(details: Any, names: dict[str, str]) -> dict[str, int] | None:
+    """The integer counts of `details` (a dict or an SDK object) under `names`' spelling, the rest as given."""
+    if details is not None and not isinstance(details, dict):
+        details = details.model_dump() if hasattr(details, "model_dump") else vars(details)
+    counts = {names.get(k, k): v for k, v in (details or {}).items() if isinstance(v, int) and not isinstance(v, bool)}
+    return counts or None
+
+
 class Usage(BaseModel):
-    """Token usage of one model request (OpenAI names)."""
+    """Token usage of one model request (OpenAI names), with the provider's token details where it gives them
+    (cached prompt tokens, reasoning tokens …)."""
 
     model_config = ConfigDict(extra="forbid")
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = None
 
     @classmethod
-    def of(cls, prompt: Any, completion: Any) -> Usage:
+    def of(cls, prompt: Any, completion: Any, prompt_details: Any = None, completion_details: Any = None) -> Usage:
         """A request's usage from its prompt and completion tokens (None counts 0; "12" is 12: a provider's
-        response is not always validated)."""
+        response is not always validated) and OpenAI's token details (dicts or the SDK's objects), if any."""
         prompt, completion = int(prompt or 0), int(completion or 0)
-        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=_renamed(prompt_details, {}),
+            completion_tokens_details=_renamed(completion_details, {}),
+        )
+
+    @classmethod
+    def from_usage_metadata(cls, meta: Any) -> Usage | None:
+        """The usage a LangChain message reports (`usage_metadata`), its token details in OpenAI's names."""
+        if not meta:
+            return None
+        inverse_in = {v: k for k, v in _INPUT_DETAILS.items()}
+        inverse_out = {v: k for k, v in _OUTPUT_DETAILS.items()}
+        return cls(
+            prompt_tokens=meta.get("input_tokens", 0),
+            completion_tokens=meta.get("output_tokens", 0),
+            total_tokens=meta.get("total_tokens", 0),
+            prompt_tokens_details=_renamed(meta.get("input_token_details"), inverse_in),
+            completion_tokens_details=_renamed(meta.get("output_token_details"), inverse_out),
+        )
+
+    def usage_metadata(self) -> dict[str, Any]:
+        """As LangChain's `UsageMetadata`, the token details in its names (`cache_read`, `reasoning` …)."""
+        meta: dict[str, Any] = {
+            "input_tokens": self.prompt_tokens,
+            "output_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+        if details := _renamed(self.prompt_tokens_details, _INPUT_DETAILS):
+            meta["input_token_details"] = details
+        if details := _renamed(self.completion_tokens_details, _OUTPUT_DETAILS):
+            meta["output_token_details"] = details
+        return meta
+
+    @classmethod
+    def total(cls, usages: list[Usage]) -> Usage:
+        """The usages added up, token details key by key."""
+        return cls(
+            prompt_tokens=sum(u.prompt_tokens for u in usages),
+            completion_tokens=sum(u.completion_tokens for u in usages),
+            total_tokens=sum(u.total_tokens for u in usages),
+            prompt_tokens_details=_summed([u.prompt_tokens_details for u in usages]),
+            completion_tokens_details=_summed([u.completion_tokens_details for u in usages]),
+        )
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
-        )
+        return Usage.total([self, other])
 
 
 class Candidate(BaseModel):
@@ -181,8 +252,4 @@ class SampleSet(BaseModel):
         if self.aggregation is not None and self.aggregation.usage is not None:
             usages.append(self.aggregation.usage)
         # one Usage built, not one per request: a pydantic model costs ~5 µs to build, 0.3 ms over 64 requests
-        return Usage(
-            prompt_tokens=sum(u.prompt_tokens for u in usages),
-            completion_tokens=sum(u.completion_tokens for u in usages),
-            total_tokens=sum(u.total_tokens for u in usages),
-        )
+        return Usage.total(usages)

@@ -24,6 +24,9 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 # The name of the custom event (`astream_events`, callbacks' `on_custom_event`) that reports each candidate as it
 # lands; LangGraph's `stream_mode="custom"` gets the same dict.
 PROGRESS_EVENT = "aggregate_graph.candidate"
+# The tag of the answer's chat-model run in the prebuilt graph: a reader of `stream_mode="messages"` that streams
+# the aggregate node's other tokens (an aggregator model's reasoning, as the proxy does) tells the answer apart by it.
+ANSWER_TAG = "aggregate_graph:answer"
 _WORD = re.compile(r"(?<=\s)(?=\S)")  # split before each word that follows whitespace: the pieces join to the text
 
 

@@ -123,3 +123,13 @@ def test_the_middleware_streams_the_answer_in_chunks_and_progress_async(serve):
     assert joined_by_message(streamed) == [("", "model"), ("42", "tools"), (REPLIES[0], "model")]
     assert len([chunk for chunk, _ in streamed if chunk.id == streamed[-1][0].id]) >= 2
     assert len([data for mode, data in parts if mode == "custom"]) == 6
+
+
+def test_usage_sums_every_candidate_request_with_the_upstreams_token_details(serve):
+    details = {"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}
+    server = serve(REPLIES, n_mode="ignore", token_details=details)  # three requests, each with its details
+    model = AggregatingChatModel(chat(server), n=3)
+    usage = added_up(list(model.stream(QUESTION))).usage_metadata
+    assert server.calls == 3 and usage == model.invoke(QUESTION).usage_metadata
+    assert usage["input_token_details"] == {"cache_read": 6} and usage["output_token_details"] == {"reasoning": 9}
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]

@@ -57,14 +57,7 @@ def render_candidates(texts: Sequence[str], label: str, max_tokens: int) -> str:
 
 
 def usage_of(message: BaseMessage) -> Usage | None:
-    meta = getattr(message, "usage_metadata", None)
-    if not meta:
-        return None
-    return Usage(
-        prompt_tokens=meta.get("input_tokens", 0),
-        completion_tokens=meta.get("output_tokens", 0),
-        total_tokens=meta.get("total_tokens", 0),
-    )
+    return Usage.from_usage_metadata(getattr(message, "usage_metadata", None))
 
 
 def tally(sample_set: SampleSet) -> dict[str, float]:

@@ -17,6 +17,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from aggregate_graph.openai_compat.request import Plan
 from aggregate_graph.sample_set import SampleSet, Usage
+from aggregate_graph.streaming import ANSWER_TAG
 
 SAMPLE_SETS_FIELD = "sample_sets"
 STREAM_MODES = ["custom", "messages", "values"]  # what a streamed call reads of the graph: see `ChunkWriter`
@@ -129,6 +130,7 @@ class ChunkWriter:
         if mode == "messages":
             message, metadata = data
             from_aggregator = isinstance(message, AIMessageChunk) and metadata.get("langgraph_node") == "aggregate"
+            from_aggregator = from_aggregator and ANSWER_TAG not in (metadata.get("tags") or [])  # not the answer
             if from_aggregator and (text := str(message.text)):
                 return self.chunk({"reasoning_content": text})
         return None

@@ -109,8 +109,8 @@ def _tool_call_chunks(delta: Any) -> list[ToolCallChunk]:
 def _usage(usage: Any) -> UsageMetadata | None:
     if usage is None:
         return None
-    prompt, completion = usage.prompt_tokens or 0, usage.completion_tokens or 0
-    return UsageMetadata(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+    details = (getattr(usage, "prompt_tokens_details", None), getattr(usage, "completion_tokens_details", None))
+    return UsageMetadata(**Usage.of(usage.prompt_tokens, usage.completion_tokens, *details).usage_metadata())
 
 
 class ClientChatModel(BaseChatModel):
@@ -264,7 +264,10 @@ class OpenAIClientChatModel(ClientChatModel):
             )
             for choice in response.choices
         ]
-        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens) if usage else None)
+        if usage is None:
+            return Reply(choices, None)
+        details = (getattr(usage, "prompt_tokens_details", None), getattr(usage, "completion_tokens_details", None))
+        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens, *details))
 
     def _stream_body(
         self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]

@@ -85,6 +85,8 @@ class OpenAITestServer:
         (its `code` too); fail_first: the first requests always fail. hang_rate / hang_s: share of requests that
         sleep hang_s before answering.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
+    token_details: added to every chat completion's usage, as OpenAI reports them, e.g.
+        `{"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}`.
     apis: the APIs served — "chat" (`/v1/chat/completions`) and "responses" (`/v1/responses`); a left-out one
         answers 404. A Responses request with `n` is refused (400) as OpenAI refuses it; the reply's text is one
         message output item and its tool calls `function_call` items; finish_reason "length" makes the response
@@ -110,12 +112,13 @@ class OpenAITestServer:
         failure_code: str | None = None,
         token_latency_s: float = 0.0,
         apis: Sequence[API] = ("chat", "responses"),
+        token_details: dict[str, dict[str, int]] | None = None,
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
         self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
         self.failure_message, self.failure_code, self.token_latency_s = failure_message, failure_code, token_latency_s
-        self.apis = tuple(apis)
+        self.apis, self.token_details = tuple(apis), dict(token_details or {})
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -224,9 +227,10 @@ class OpenAITestServer:
                 usage = (body.get("stream_options") or {}).get("include_usage", False)
                 events = self._stream(body.get("model") or self.model, replies[0], prompt_tokens, usage)
                 return StreamingResponse(events, media_type="text/event-stream")
-            return _completion(
+            response = _completion(
                 body.get("model") or self.model, replies, prompt_tokens, completion_tokens, self.finish_reason
             )
+            return _with_details(response, self.token_details) if self.token_details else response
 
         return app
 
@@ -281,7 +285,7 @@ class OpenAITestServer:
             completion_tokens = _completion_tokens(reply)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
             usage["total_tokens"] = prompt_tokens + completion_tokens
-            yield sse({**envelope, "choices": [], "usage": usage})
+            yield sse({**envelope, "choices": [], "usage": {**usage, **self.token_details}})
         yield SSE_DONE
 
     def stats(self) -> dict[str, int]:
@@ -348,6 +352,12 @@ def _completion(
     for marker, data in raw.items():
         body = body.replace(marker.encode(), data)
     return Response(body, media_type="application/json")
+
+
+def _with_details(response: Response, details: dict[str, dict[str, int]]) -> Response:
+    payload = json.loads(response.body)
+    payload["usage"].update(details)
+    return Response(json.dumps(payload).encode(), media_type="application/json")
 
 
 def main(argv: list[str] | None = None) -> None:
