@@ -32,6 +32,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 from langchain_core.tools import BaseTool
+from langchain_core.tracers import BaseTracer
+from langchain_core.tracers._streaming import _StreamingCallbackHandler  # as LangChain's `_should_stream` reads it
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
@@ -268,6 +270,9 @@ class AggregatingChatModel(BaseChatModel):
             )
         else:
             return {"tags": [TAG_NOSTREAM]}, None
+        # The caller's own handlers see one model call, as from any chat model (its usage is every candidate's);
+        # tracers and token streams (`astream_events`) see the candidates' runs below it.
+        handlers = [h for h in handlers if isinstance(h, BaseTracer | _StreamingCallbackHandler)]
         children = (AsyncCallbackManager if is_async else CallbackManager)(handlers=[], parent_run_id=run_id)
         children.set_handlers(handlers)
         children.add_tags(tags)
@@ -328,9 +333,12 @@ class AggregatingChatModel(BaseChatModel):
             yield chunk
 
     def _message(self, state: dict[str, Any]) -> AIMessage:
-        """The graph's answer, named for the candidates' model as a chat model's reply is (`model_name`)."""
+        """The graph's answer, named as a chat model's reply is (`model_name`): for the model(s) the candidates'
+        replies name (a call's `model=` override too), else the configured one."""
         message: AIMessage = state["messages"][-1]
-        metadata = {**message.response_metadata, "model_name": self.model_name}
+        sample_set: SampleSet = state["sample_set"]
+        models = list(dict.fromkeys(c.model for c in sample_set.succeeded if c.model))
+        metadata = {**message.response_metadata, "model_name": ", ".join(models) or self.model_name}
         return message.model_copy(update={"response_metadata": metadata})
 
     def _result(self, state: dict[str, Any]) -> ChatResult:

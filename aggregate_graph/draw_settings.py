@@ -96,6 +96,9 @@ class Sampler:
 
     @property
     def model_name(self) -> str:
+        """The model its requests name: a bound `model=` (a call's override), else the chat model's own."""
+        if isinstance(value := self.bound.get("model"), str) and value:
+            return value
         for attr in ("model_name", "model", "model_id"):
             if isinstance(value := getattr(self.model, attr, None), str) and value:
                 return value

@@ -15,6 +15,8 @@ from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMidd
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessageChunk, HumanMessage
+from langchain_core.tracers import BaseTracer
+from langchain_core.tracers.schemas import Run
 from pydantic import BaseModel
 
 from aggregate_graph import AggregatingChatModel, AggregationMiddleware, SampleSet
@@ -139,19 +141,23 @@ def test_stream_mode_messages_shows_the_aggregated_messages_only(serve):
     assert len(answer) >= 2 and all(isinstance(chunk, AIMessageChunk) for chunk in answer)
 
 
-class _Runs(BaseCallbackHandler):
-    """Every run's parent, and the chat-model runs in order."""
+class _Runs(BaseTracer):
+    """A tracer (as LangSmith's is): every run's parent, and the chat-model runs in order."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.parent: dict[UUID, UUID | None] = {}
         self.chat_models: list[tuple[str, UUID]] = []
 
-    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, parent_run_id=None, **kw: Any) -> None:
-        self.parent[run_id] = parent_run_id
+    def _persist_run(self, run: Run) -> None:
+        pass
 
-    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, parent_run_id=None, **kw) -> None:
-        self.parent[run_id] = parent_run_id
-        self.chat_models.append(((serialized or {}).get("name") or "?", run_id))
+    def _on_chain_start(self, run: Run) -> None:
+        self.parent[run.id] = run.parent_run_id
+
+    def _on_llm_start(self, run: Run) -> None:  # a chat model's start, in a tracer's default ("original") format
+        self.parent[run.id] = run.parent_run_id
+        self.chat_models.append((run.name, run.id))
 
     def descends(self, run: UUID, ancestor: UUID) -> bool:
         while run is not None and run != ancestor:
@@ -165,7 +171,8 @@ def test_tracing_shows_the_candidates_under_the_aggregating_call(serve):
     runs = _Runs()
     agent = create_agent(chat(server), [multiply], middleware=[AggregationMiddleware(n=3)])
     agent.invoke({"messages": [HumanMessage(QUESTION)]}, {"callbacks": [runs]})
-    # per model turn: the aggregating model's run, then the candidates' request as a run nested below it
+    # per model turn: the aggregating model's run, then the candidates' request as a run nested below it (a tracer
+    # sees the whole tree; a handler of the caller's own sees one model call: test_a_callers_handler_sees_one_call)
     assert [name for name, _ in runs.chat_models] == ["AggregatingChatModel", "ChatOpenAI"] * 2
     for turn in (0, 2):
         (_, aggregating), (_, candidates) = runs.chat_models[turn], runs.chat_models[turn + 1]
@@ -216,3 +223,28 @@ def test_provider_strategy_is_chosen_from_the_candidates_profile(serve):
     )
     assert agent.invoke({"messages": [HumanMessage(QUESTION)]})["structured_response"] == Answer(value=42)
     assert server.requests[-1]["response_format"]["type"] == "json_schema"
+
+
+def test_a_callers_handler_sees_one_call_per_model_turn_with_every_candidates_usage(serve):
+    """A handler of the caller's own sees the aggregating model as one model call, as LangChain's standard tests
+    ask of any chat model; the usage it sees is every candidate's, counted once (not again per candidate)."""
+
+    class Calls(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.starts: list[str] = []
+            self.tokens = 0
+
+        def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
+            self.starts.append((serialized or {}).get("name") or kw.get("name") or "?")
+
+        def on_llm_end(self, response: Any, **kw: Any) -> None:
+            self.tokens += response.generations[0][0].message.usage_metadata["total_tokens"]
+
+    server = serve(agent_replies)
+    multiply, _ = counting_multiply()
+    calls = Calls()
+    agent = create_agent(chat(server), [multiply], middleware=[AggregationMiddleware(n=3)])
+    out = agent.invoke({"messages": [HumanMessage(QUESTION)]}, {"callbacks": [calls]})
+    assert calls.starts == ["AggregatingChatModel"] * 2 and server.calls == 2
+    answers = [m for m in out["messages"] if getattr(m, "usage_metadata", None)]
+    assert len(answers) == 2 and calls.tokens == sum(m.usage_metadata["total_tokens"] for m in answers) > 0
