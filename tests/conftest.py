@@ -26,11 +26,16 @@ def smollm2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _forget_n_support() -> None:
-    """What endpoints did with `n` is remembered per process, and a later test may get an earlier server's port."""
+def _forget_earlier_servers() -> None:
+    """A test may get an earlier test's server port: what endpoints did with `n` is remembered per process, and
+    ChatOpenAI keeps one async HTTP client per base URL whose pooled connections belong to the event loop that
+    opened them (a closed one by now)."""
+    from langchain_openai.chat_models import _client_utils
+
     from aggregate_graph.n_support import forget
 
     forget()
+    _client_utils._cached_async_httpx_client.cache_clear()
 
 
 @pytest.fixture
