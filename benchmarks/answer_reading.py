@@ -4,12 +4,11 @@
 
 - old: `stated_answer` of aggregate_graph/answers.py and answer_prose.py as of commit 37da138 (read with `git show`
   into temporary modules, as benchmarks/check_prose_extraction.py compares before and after);
-- new: `aggregate_graph.answer_types.read_answers` (columns print "n/a" where it cannot be imported).
+- new: `aggregate_graph.answer_types.read_answers`.
 
 Accuracy: a row counts when the reader's answer for its text (read in its set: the text, then the row's `others`)
-is `answers.equivalent` to the expected one, or None where None is expected. Both readers are judged by the same
-comparison: the new `answers.equivalent` when the new module imports, else the old `equivalent` or equal
-normalised text.
+is `answers.equivalent` to the expected one, or None where None is expected: both readers are judged by the same
+comparison.
 
 Speed: texts/s over the corpus, each text read alone (a one-text set for the new reader), repeated `--reps` times;
 and whole-pool throughput: every candidate text of the Faithful-CoT COT files (6 LMs, problems with id % 5 != 0)
@@ -22,16 +21,17 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 import tempfile
 import time
-import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+
+from aggregate_graph import answers
+from aggregate_graph.answer_types import read_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "answer_corpus.jsonl"
@@ -60,38 +60,9 @@ def load_old_reader(commit: str = OLD_COMMIT) -> ModuleType:
     return modules["answers_old"]
 
 
-def load_new_reader() -> tuple[Callable | None, Callable | None, str]:
-    """(read_answers, equivalent, why not) from the new reader."""
-    try:
-        from aggregate_graph.answer_types import read_answers
-        from aggregate_graph.answers import equivalent as same_answer
-    except ImportError as error:
-        return None, None, str(error)
-    return read_answers, same_answer, ""
-
-
 def forget_statements() -> None:
     """Empty the new reader's per-text cache of stated answers, so that a repeat reads each text afresh."""
-    from aggregate_graph import answers
-
-    if hasattr(answers, "_statement"):
-        answers._statement.cache_clear()
-
-
-def _text_key(s: str) -> str:
-    s = unicodedata.normalize("NFKC", s).casefold()
-    s = re.sub(r"[^\w\s]", " ", s)
-    s = re.sub(r"\b(?:a|an|the)\b", " ", s)
-    return " ".join(s.split())
-
-
-def fallback_same(old: ModuleType) -> Callable[[str | None, str | None], bool]:
-    def same(a: str | None, b: str | None) -> bool:
-        if a is None or b is None:
-            return False
-        return old.equivalent(a, b) or _text_key(a) == _text_key(b) != ""
-
-    return same
+    answers._statement.cache_clear()
 
 
 def correct(found: str | None, expected: str | None, same: Callable) -> bool:
@@ -126,10 +97,6 @@ def pool_sets(data: Path) -> list[tuple[str, list[str]]]:
     return sets
 
 
-def _fmt(x: float | None, spec: str) -> str:
-    return "n/a" if x is None else format(x, spec)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", type=Path, default=CORPUS)
@@ -140,11 +107,9 @@ def main() -> None:
     args = parser.parse_args()
 
     old = load_old_reader()
-    read_answers, same_answer, why = load_new_reader()
-    same = same_answer or fallback_same(old)
-    print(f"old reader: aggregate_graph/answers.py at {OLD_COMMIT}; new reader: ", end="")
-    print("aggregate_graph.answer_types.read_answers" if read_answers else f"n/a ({why})")
-    print(f"compared with: {'same_answer' if same_answer else 'old equivalent or equal normalised text'}\n")
+    same = answers.equivalent
+    print(f"old reader: aggregate_graph/answers.py at {OLD_COMMIT}; new reader: answer_types.read_answers")
+    print("compared with: answers.equivalent\n")
 
     rows = _lines(args.corpus)
     by_family: dict[str, list[dict]] = defaultdict(list)
@@ -152,7 +117,6 @@ def main() -> None:
         by_family[row["family"]].append(row)
 
     def new_answer(row: dict) -> str | None:
-        assert read_answers is not None
         texts = [row["text"], *row.get("others", [])]
         return read_answers(row["question"], texts, row.get("answer_type", "auto")).answers[0]
 
@@ -162,7 +126,6 @@ def main() -> None:
         return len(rs)
 
     def read_new(rs: list[dict]) -> int:
-        assert read_answers is not None
         forget_statements()
         for r in rs:  # each text alone: a one-text set
             read_answers(r["question"], [r["text"]], r.get("answer_type", "auto"))
@@ -170,10 +133,7 @@ def main() -> None:
 
     def table_row(name: str, n: int, old_ok: int, new_ok: int, rs: list[dict]) -> str:
         old_rate = texts_per_second(lambda: read_old(rs), args.reps)
-        if read_answers is None:
-            new_acc, new_rate = "n/a", "n/a"
-        else:
-            new_acc, new_rate = f"{100 * new_ok / n:.1f}%", f"{texts_per_second(lambda: read_new(rs), args.reps):.0f}"
+        new_acc, new_rate = f"{100 * new_ok / n:.1f}%", f"{texts_per_second(lambda: read_new(rs), args.reps):.0f}"
         return f"{name:<24} {n:>5} {100 * old_ok / n:>7.1f}% {new_acc:>8} {old_rate:>12.0f} {new_rate:>12}"
 
     header = f"{'family':<24} {'rows':>5} {'old acc':>8} {'new acc':>8} {'old texts/s':>12} {'new texts/s':>12}"
@@ -186,13 +146,11 @@ def main() -> None:
         for row in family_rows:
             found_old = old.stated_answer(row["text"])[0]
             ok_old = correct(found_old, row["expected"], same)
-            found_new, ok_new = None, None
-            if read_answers is not None:
-                found_new = new_answer(row)
-                ok_new = correct(found_new, row["expected"], same)
+            found_new = new_answer(row)
+            ok_new = correct(found_new, row["expected"], same)
             old_ok += ok_old
-            new_ok += bool(ok_new)
-            if not ok_old or ok_new is False:
+            new_ok += ok_new
+            if not ok_old or not ok_new:
                 missed.append({"family": family, "source": row["source"], "expected": row["expected"],
                                "old": found_old, "new": found_new, "old_ok": ok_old, "new_ok": ok_new,
                                "tail": row["text"][-200:]})  # fmt: skip
@@ -216,15 +174,13 @@ def main() -> None:
         for text in texts:
             old.stated_answer(text)
     old_pool = n_texts / (time.perf_counter() - start)
-    new_pool = None
-    if read_answers is not None:
-        forget_statements()
-        start = time.perf_counter()
-        for question, texts in sets:
-            read_answers(question, texts)
-        new_pool = n_texts / (time.perf_counter() - start)
+    forget_statements()
+    start = time.perf_counter()
+    for question, texts in sets:
+        read_answers(question, texts)
+    new_pool = n_texts / (time.perf_counter() - start)
     print(f"\nwhole pools ({len(sets)} sets, {n_texts} texts: Faithful-CoT COT x 6 LMs with id % 5 != 0, "
-          f"ZeroEval id % 4 == 1): old {old_pool:.0f} texts/s, new {_fmt(new_pool, '.0f')} texts/s "
+          f"ZeroEval id % 4 == 1): old {old_pool:.0f} texts/s, new {new_pool:.0f} texts/s "
           f"(new: one read_answers call per set)")  # fmt: skip
 
 
