@@ -33,7 +33,6 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 from langchain_core.tools import BaseTool
 from langchain_core.tracers import BaseTracer
-from langchain_core.tracers._streaming import _StreamingCallbackHandler  # as LangChain's `_should_stream` reads it
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
@@ -49,7 +48,7 @@ from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggreg
 from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.registry import resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, SampleSet
-from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks
+from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks, streams_tokens
 
 # Keys LangChain adds to a structured-output call for tracing; they are not options of the candidate model.
 _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")
@@ -272,7 +271,7 @@ class AggregatingChatModel(BaseChatModel):
             return {"tags": [TAG_NOSTREAM]}, None
         # The caller's own handlers see one model call, as from any chat model (its usage is every candidate's);
         # tracers and token streams (`astream_events`) see the candidates' runs below it.
-        handlers = [h for h in handlers if isinstance(h, BaseTracer | _StreamingCallbackHandler)]
+        handlers = [h for h in handlers if isinstance(h, BaseTracer) or streams_tokens(h)]
         children = (AsyncCallbackManager if is_async else CallbackManager)(handlers=[], parent_run_id=run_id)
         children.set_handlers(handlers)
         children.add_tags(tags)

@@ -16,9 +16,6 @@ from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import run_in_executor
-
-# the marker of handlers that stream chat models' tokens, as LangChain's `_should_stream` and LangGraph read it
-from langchain_core.tracers._streaming import _StreamingCallbackHandler
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.config import get_store, get_stream_writer
@@ -44,7 +41,7 @@ from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
-from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker
+from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
 
 if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
     from aggregate_graph.draw_settings import AdaptiveSampling
@@ -110,8 +107,7 @@ def _streams(config: RunnableConfig) -> bool:
     (`AggregatingChatModel` streams the answer as its own)."""
     callbacks = config.get("callbacks")
     handlers = callbacks.handlers if isinstance(callbacks, BaseCallbackManager) else callbacks or []
-    streaming = any(isinstance(h, _StreamingCallbackHandler) for h in handlers)
-    return streaming and TAG_NOSTREAM not in (config.get("tags") or [])
+    return any(streams_tokens(h) for h in handlers) and TAG_NOSTREAM not in (config.get("tags") or [])
 
 
 def _checkpointed(config: RunnableConfig) -> bool:

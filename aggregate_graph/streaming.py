@@ -21,6 +21,9 @@ from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.messages.tool import tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 
+# the marker of handlers that stream chat models' tokens, as LangChain's `_should_stream` and LangGraph read it
+from langchain_core.tracers._streaming import _StreamingCallbackHandler
+
 # The name of the custom event (`astream_events`, callbacks' `on_custom_event`) that reports each candidate as it
 # lands; LangGraph's `stream_mode="custom"` gets the same dict.
 PROGRESS_EVENT = "aggregate_graph.candidate"
@@ -28,6 +31,12 @@ PROGRESS_EVENT = "aggregate_graph.candidate"
 # the aggregate node's other tokens (an aggregator model's reasoning, as the proxy does) tells the answer apart by it.
 ANSWER_TAG = "aggregate_graph:answer"
 _WORD = re.compile(r"(?<=\s)(?=\S)")  # split before each word that follows whitespace: the pieces join to the text
+
+
+def streams_tokens(handler: object) -> bool:
+    """Whether a callback handler streams chat models' tokens: LangGraph's `stream_mode="messages"`,
+    `astream_events`."""
+    return isinstance(handler, _StreamingCallbackHandler)
 
 
 def answer_chunks(message: AIMessage) -> list[AIMessageChunk]:
@@ -63,10 +72,11 @@ class AnswerSpeaker(BaseChatModel):
 
     @staticmethod
     def _answer(messages: list[BaseMessage]) -> AIMessage:
+        """The message to say, without usage: this run spends no tokens (the candidates' are on the message)."""
         message = messages[-1] if messages else None
         if not isinstance(message, AIMessage):
             raise TypeError(f"AnswerSpeaker says an AIMessage given as the last input message; got {message!r}")
-        return message
+        return message.model_copy(update={"usage_metadata": None})
 
     def _generate(
         self,
@@ -75,8 +85,7 @@ class AnswerSpeaker(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        answer = self._answer(messages).model_copy(update={"usage_metadata": None})
-        return ChatResult(generations=[ChatGeneration(message=answer)])
+        return ChatResult(generations=[ChatGeneration(message=self._answer(messages))])
 
     def _stream(
         self,
@@ -85,8 +94,7 @@ class AnswerSpeaker(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        answer = self._answer(messages)
-        for chunk in answer_chunks(answer.model_copy(update={"usage_metadata": None})):
+        for chunk in answer_chunks(self._answer(messages)):
             yield ChatGenerationChunk(message=chunk)
 
     async def _astream(
