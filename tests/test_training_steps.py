@@ -309,3 +309,11 @@ def test_pools_join_with_plus_but_a_config_named_nl_plus_sl_stays_one() -> None:
     assert len(sources) == 2 and len(joined) == 2 * 1055
     one = load_sample_sets("faithful_cot:code002_COT,code002_NL+SL", limit=3)
     assert [c.params["prompt"] for c in one[0].candidates] == ["COT", "NL+SL"]
+
+
+def test_the_package_docstring_names_every_step_in_order():
+    import training
+    from training.cli import STEPS
+
+    chain = training.__doc__.split(":", 1)[1].split(",", 1)[0]
+    assert [step.strip() for step in chain.split("→")] == list(STEPS)

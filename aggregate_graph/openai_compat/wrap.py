@@ -94,9 +94,10 @@ def wrap_openai(
     message's `tool_calls` (finish_reason "tool_calls"). With `response_format` json_object / json_schema the
     candidates' parsed JSON objects are voted on (`StructuredVote`) whatever the aggregator.
     `chat.completions.parse(response_format=Model)` and `chat.completions.stream(...)` aggregate the same way
-    (through the patched `create`). The client's other entry points that make a model answer — `responses`,
-    legacy `completions`, Assistants runs, realtime sessions — raise `RequestError` unless the call turns
-    aggregation off (`extra_body={"aggregation": {"enabled": False}}`); nothing is sent unaggregated silently.
+    (through the patched `create`), and so do `responses.create`, `.parse` and `.stream`. The client's other entry
+    points that make a model answer — legacy `completions`, `responses.compact`, Assistants runs, realtime sessions —
+    raise `RequestError` unless the call turns aggregation off (`extra_body={"aggregation": {"enabled": False}}`);
+    nothing is sent unaggregated silently.
 
     `aggregator` is a registered name (`registry.aggregator_names()`, your own included) or any runtime
     Aggregator. A name is built by the registry with what the wrapper has: an aggregator that takes a model
