@@ -44,9 +44,6 @@ cli_common.py: what the commands share with `aggregate-train`), testing/ (a scri
 completions and the Responses API).
 """
 
-from typing import Any
-
-from aggregate_graph._moved import moved_attribute
 from aggregate_graph.aggregating_chat_model import AggregatingChatModel
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.answers import extract_answer
@@ -59,43 +56,6 @@ from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.wrap import wrap_openai
 from aggregate_graph.registry import load_aggregator, register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-
-# The rest of what this package exported before its face shrank to the names above (issue 23), and the module
-# each lives in: importable from here for one more release, with a DeprecationWarning, loaded only when asked for.
-_MOVED = {
-    "BestOfN": "aggregate_graph.aggregators",
-    "GSRAggregator": "aggregate_graph.aggregators",
-    "MajorityVote": "aggregate_graph.aggregators",
-    "Medoid": "aggregate_graph.aggregators",
-    "RecursiveAggregator": "aggregate_graph.aggregators",
-    "SSAAggregator": "aggregate_graph.aggregators",
-    "SSAStyle": "aggregate_graph.aggregators",
-    "USCAggregator": "aggregate_graph.aggregators",
-    "WeightedVote": "aggregate_graph.aggregators",
-    "ABSTENTIONS": "aggregate_graph.answers",
-    "equivalent": "aggregate_graph.answers",
-    "group_equivalent": "aggregate_graph.answers",
-    "normalize_answer": "aggregate_graph.answers",
-    "stated_answer": "aggregate_graph.answers",
-    "MSGPACK_TYPES": "aggregate_graph.graph",
-    "export_sample_sets": "aggregate_graph.log",
-    "log_sample_set": "aggregate_graph.log",
-    "read_sample_sets": "aggregate_graph.log",
-    "build_pool": "aggregate_graph.models",
-    "load_chat_model": "aggregate_graph.models",
-    "load_benchmark": "aggregate_graph.pools",
-    "load_faithful_cot": "aggregate_graph.pools",
-    "load_gpt3_solutions": "aggregate_graph.pools",
-    "load_qwen_math": "aggregate_graph.pools",
-    "pool_metrics": "aggregate_graph.pools",
-    "load_trained_aggregator": "aggregate_graph.trained_folder",
-    "Usage": "aggregate_graph.sample_set",
-}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
-
 
 __all__ = [  # noqa: RUF022 - grouped as the table at the top, not sorted
     "build_aggregate_graph", "AggregateState", "checkpoint_serde",

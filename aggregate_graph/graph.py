@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from langchain_core.callbacks import BaseCallbackManager
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
@@ -27,24 +27,18 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
-# The errors through their module: a QuorumError bound here would answer `aggregate_graph.graph.QuorumError`, a path
-# this module used to export, without the deprecation warning of `__getattr__` below.
-from aggregate_graph import errors
-from aggregate_graph._moved import moved_attribute
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
 from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type, read_answers
-from aggregate_graph.draw_settings import CandidatePolicy, Sampler
+from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler
+from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
-
-if TYPE_CHECKING:  # annotations only: bound at run time it would answer the deprecated graph.AdaptiveSampling
-    from aggregate_graph.draw_settings import AdaptiveSampling
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
     from langgraph.constants import CONFIG_KEY_CHECKPOINTER
@@ -306,7 +300,7 @@ class _Nodes:
         )
         if len(sample_set.succeeded) < self.min_candidates:
             reasons = sorted({c.error or "" for c in sample_set.failed})
-            raise errors.QuorumError(
+            raise QuorumError(
                 f"only {len(sample_set.succeeded)} of {len(candidates)} candidates succeeded, below "
                 f"min_candidates={self.min_candidates}; errors: {'; '.join(reasons)[:1000]}",
                 sample_set,
@@ -314,7 +308,7 @@ class _Nodes:
         return sample_set
 
     @staticmethod
-    def _failure_record(exc: errors.AggregationError | errors.QuorumError) -> SampleSet | None:
+    def _failure_record(exc: AggregationError | QuorumError) -> SampleSet | None:
         """What the log keeps of a run that could not be aggregated: every candidate, and why."""
         if exc.sample_set is None:
             return None
@@ -348,7 +342,7 @@ class _Nodes:
         voters = answering(sample_set)
         try:
             aggregation = self.aggregator.invoke(voters, config)
-        except errors.AggregationError as exc:
+        except AggregationError as exc:
             if self.fallback is None:
                 raise
             aggregation = self._fell_back(self.fallback.invoke(voters, config), exc)
@@ -361,21 +355,21 @@ class _Nodes:
         voters = answering(sample_set)
         try:
             aggregation = await self.aggregator.ainvoke(voters, config)
-        except errors.AggregationError as exc:
+        except AggregationError as exc:
             if self.fallback is None:
                 raise
             aggregation = self._fell_back(await self.fallback.ainvoke(voters, config), exc)
         return self._decided(sample_set, aggregation, choices)
 
     @staticmethod
-    def _fell_back(aggregation: Aggregation, exc: errors.AggregationError) -> Aggregation:
+    def _fell_back(aggregation: Aggregation, exc: AggregationError) -> Aggregation:
         return aggregation.model_copy(update={"details": {**aggregation.details, "fallback_reason": str(exc)}})
 
     def aggregate(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         store = get_store()
         try:
             sample_set = self._decide(self._sample_set(state), config)
-        except (errors.AggregationError, errors.QuorumError) as exc:
+        except (AggregationError, QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 log_sample_set(store, record, self.log_namespace)
             raise
@@ -390,7 +384,7 @@ class _Nodes:
         store = get_store()
         try:
             sample_set = await self._adecide(self._sample_set(state), config)
-        except (errors.AggregationError, errors.QuorumError) as exc:
+        except (AggregationError, QuorumError) as exc:
             if store is not None and (record := self._failure_record(exc)) is not None:
                 await alog_sample_set(store, record, self.log_namespace)
             raise
@@ -454,7 +448,7 @@ def build_aggregate_graph(
     builder.add_node(
         "aggregate",
         _SyncAsyncNode("aggregate", nodes.aggregate, nodes.aaggregate),
-        retry_policy=RetryPolicy(max_attempts=3, retry_on=errors.is_transient),
+        retry_policy=RetryPolicy(max_attempts=3, retry_on=is_transient),
     )
     builder.add_edge(START, "prepare")
     builder.add_conditional_edges("prepare", route, ["generate", "aggregate"])
@@ -473,11 +467,3 @@ def build_aggregate_graph(
     if getattr(graph, "_serde_allowlist", None) is not None:
         configured._serde_allowlist = graph._serde_allowlist | set(MSGPACK_TYPES)
     return configured
-
-
-# What this module exported before each name's own module became its one home (issue 23); removed next release.
-_MOVED = {"AdaptiveSampling": "aggregate_graph.draw_settings", "QuorumError": "aggregate_graph.errors"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from langgraph.store.base import BaseStore
 
-# The JSONL primitives through their module: a `read_jsonl` bound here would answer `aggregate_graph.log.read_jsonl`,
-# the path it used to have, without the deprecation warning of `__getattr__` below.
-from aggregate_graph import jsonl
-from aggregate_graph._moved import moved_attribute
+from aggregate_graph.jsonl import read_jsonl, write_jsonl
 from aggregate_graph.sample_set import SampleSet
 
 DEFAULT_NAMESPACE = ("aggregate_graph", "sample_sets")
-
-
-# What this module exported before the JSONL primitives got a module of their own (issue 23); removed next release.
-_MOVED = {"read_jsonl": "aggregate_graph.jsonl"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
 
 
 def log_sample_set(store: BaseStore, sample_set: SampleSet, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> None:
@@ -50,12 +38,12 @@ def iter_logged(
 def export_sample_sets(store: BaseStore, path: str | Path, namespace: tuple[str, ...] = DEFAULT_NAMESPACE) -> int:
     """Write every logged sample set to a JSONL file (oldest first, its folder created); returns how many."""
     sets = sorted(iter_logged(store, namespace), key=lambda s: s.created_at)
-    return jsonl.write_jsonl(path, sets, SampleSet.model_dump_json)
+    return write_jsonl(path, sets, SampleSet.model_dump_json)
 
 
 def read_sample_sets(path: str | Path) -> Iterator[SampleSet]:
     """Sample sets from a JSONL file; a malformed line raises naming its line number."""
-    return jsonl.read_jsonl(path, SampleSet.model_validate_json, "a sample set")
+    return read_jsonl(path, SampleSet.model_validate_json, "a sample set")
 
 
 __all__ = [

@@ -33,7 +33,6 @@ from typing import Any, TypeVar, overload
 
 from langchain_core.runnables import Runnable
 
-from aggregate_graph._moved import moved_attribute
 from aggregate_graph.errors import AggregatorOptionError
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
@@ -260,24 +259,3 @@ def resolve_aggregator(
             f"{', '.join(aggregator_names())}; got {type(aggregator).__name__}"
         )
     return aggregator
-
-
-_TRAINED_FOLDER_NAMES = (
-    "AGGREGATOR_FILE WEIGHTS_FILE SHIPPED_SSA MAX_AGGREGATOR_TOKENS TRAINED_FORMATS "
-    "load_trained_aggregator read_trained_record"
-)
-# names this module had before trained folders got their own module (removed in the next release)
-_MOVED = dict.fromkeys(_TRAINED_FOLDER_NAMES.split(), "aggregate_graph.trained_folder") | {
-    "local_model": "aggregate_graph.models"
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("AGGREGATOR_NAMES", "MODEL_AGGREGATORS"):  # fixed lists the open registry replaced
-        warnings.warn(f"aggregate_graph.registry.{name} is deprecated: use aggregator_names() and registration(name)"
-                      " (removed in the next release)", DeprecationWarning, stacklevel=2)  # fmt: skip
-        names = aggregator_names()
-        if name == "AGGREGATOR_NAMES":
-            return names
-        return {n: registration(n).cls for n in names if registration(n).takes("model")}
-    return moved_attribute(__name__, name, _MOVED)

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 LOAD = """
 import aggregate_graph
-from aggregate_graph import load_faithful_cot
+from aggregate_graph.pools import load_faithful_cot
 from pathlib import Path
 package = Path(aggregate_graph.__file__).parent
 print(package)

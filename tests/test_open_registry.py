@@ -225,15 +225,3 @@ def test_structured_output_takes_the_methods_that_vote_on_json(serve) -> None:
         wrapped.chat.completions.create(
             model="m", messages=QUESTION, response_format=json_object, extra_body={"aggregation": {"method": "medoid"}}
         )
-
-
-def test_the_fixed_name_lists_the_registry_replaced_still_import_with_a_warning() -> None:
-    import aggregate_graph.openai_compat as openai_compat
-    from aggregate_graph.aggregators import SSAAggregator
-
-    with pytest.warns(DeprecationWarning, match=r"registry\.AGGREGATOR_NAMES is deprecated: use aggregator_names"):
-        assert aggregator_names() == registry_module.AGGREGATOR_NAMES
-    with pytest.warns(DeprecationWarning, match="MODEL_AGGREGATORS is deprecated"):
-        assert registry_module.MODEL_AGGREGATORS["ssa"] is SSAAggregator
-    with pytest.warns(DeprecationWarning, match=r"openai_compat\.METHODS is deprecated"):
-        assert aggregator_names() == openai_compat.METHODS

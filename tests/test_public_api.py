@@ -1,12 +1,11 @@
-"""The public face (issue 23): `aggregate_graph` exports about twenty names; every other name is imported from the
-one module it lives in. What the package and its submodules exported before stays importable for one release,
-with a DeprecationWarning that names the new home, and nothing in this repository imports it the old way."""
+"""The public face: `aggregate_graph` exports about twenty names; every other name is imported from the one module
+it lives in. 0.1.0 is unreleased, so a name that moved is gone from its old place: no shim module, no moved-name
+table (a module-level `__getattr__`), and nothing in this repository imports it the old way."""
 
 from __future__ import annotations
 
 import ast
 import importlib
-import re
 import subprocess
 import sys
 import warnings
@@ -41,7 +40,7 @@ FACE = {
     "QuorumError",
     "register",
 }
-# (module, name) → the module the name lives in now, for every name a module exported before issue 23
+# (module, name) → the module the name lives in now, for every name that moved before the first release
 MOVED = {
     **{
         ("aggregate_graph", name): "aggregate_graph.aggregators"
@@ -93,6 +92,17 @@ MOVED = {
         for name in ("SHIPPED_SSA", "load_trained_aggregator", "read_trained_record", "AGGREGATOR_FILE")
     },
     ("aggregate_graph.registry", "local_model"): "aggregate_graph.models",
+    ("aggregate_graph.log", "read_jsonl"): "aggregate_graph.jsonl",
+    # the proxy's modules, now in the serving layer
+    **{
+        ("aggregate_graph.openai_compat.proxy", name): "aggregate_graph.serve.proxy"
+        for name in ("ProxyConfig", "Proxy")
+    },
+    ("aggregate_graph.openai_compat.proxy_wire", "stream_response"): "aggregate_graph.serve.proxy_wire",
+    # the fixed name lists the open registry replaced
+    ("aggregate_graph.registry", "AGGREGATOR_NAMES"): "aggregate_graph.registry.aggregator_names()",
+    ("aggregate_graph.registry", "MODEL_AGGREGATORS"): "aggregate_graph.registry.registration()",
+    ("aggregate_graph.openai_compat", "METHODS"): "aggregate_graph.registry.aggregator_names()",
 }
 # Where this repository's Python lives, its pages' Python blocks aside
 SOURCES = ["aggregate_graph", "tests", "examples", "benchmarks", "training"]
@@ -111,22 +121,30 @@ def test_the_face_imports_without_warnings():
     assert namespace.keys() >= FACE
 
 
-def test_every_name_exported_before_is_still_importable_from_the_package():
-    """The 47 names of the release before: 20 in the face (which adds `register`), the rest deprecated."""
-    before = (FACE - {"register"}) | {name for module, name in MOVED if module == "aggregate_graph"}
-    assert len(before) == 47
+# moved names the old module itself uses, so imports from their home: there, a plain attribute of the module, not a shim
+USED_THERE = {
+    ("aggregate_graph.graph", "AdaptiveSampling"),
+    ("aggregate_graph.graph", "QuorumError"),
+    ("aggregate_graph.log", "read_jsonl"),
+}
+GONE = sorted(set(MOVED) - USED_THERE)
 
 
-@pytest.mark.parametrize(("module", "name"), sorted(MOVED), ids=[f"{m}.{n}" for m, n in sorted(MOVED)])
-def test_a_moved_name_warns_and_is_the_object_at_its_new_home(module: str, name: str):
-    home = MOVED[module, name]
-    namespace: dict[str, object] = {}
-    message = rf"^{re.escape(module)}\.{name} is deprecated: import it from {re.escape(home)} \(removed in the next"
-    with pytest.warns(DeprecationWarning, match=message) as caught:
-        exec(compile(f"from {module} import {name}", __file__, "exec"), namespace)
-    assert namespace[name] is getattr(importlib.import_module(home), name)
-    # the warning points at the import, so that the default filters show it in a user's __main__
-    assert {Path(w.filename) for w in caught} == {Path(__file__)}
+@pytest.mark.parametrize(("module", "name"), GONE, ids=[f"{m}.{n}" for m, n in GONE])
+def test_a_moved_name_is_gone_from_its_old_place(module: str, name: str):
+    with pytest.raises(ImportError):
+        exec(compile(f"from {module} import {name}", __file__, "exec"), {})
+
+
+def test_no_module_hands_out_names_it_does_not_define():
+    """No shim: no module of the package has a module-level `__getattr__` (a moved-name table)."""
+    found = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "aggregate_graph").rglob("*.py"))
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+    ]
+    assert found == []
 
 
 def test_a_name_that_never_lived_there_is_an_attribute_error():
@@ -139,8 +157,8 @@ def test_a_name_that_never_lived_there_is_an_attribute_error():
     assert namespace["demo"] is importlib.import_module("aggregate_graph.demo")
 
 
-def test_importing_the_package_loads_no_moved_name_home_it_does_not_need():
-    """The deprecated names load lazily: the research-data loaders (pools) are not imported with the package."""
+def test_importing_the_package_loads_no_research_data_loader():
+    """The research-data loaders (pools) are not imported with the package."""
     code = "import sys, aggregate_graph; print(sorted(m for m in sys.modules if m.startswith('aggregate_graph')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert "'aggregate_graph.pools'" not in loaded.stdout

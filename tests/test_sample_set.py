@@ -84,11 +84,8 @@ def test_jsonl_files_are_read_by_one_reader_that_names_the_bad_line(tmp_path):
         list(read_sample_sets(path))
 
 
-def test_jsonl_rows_written_are_read_back_and_the_old_import_path_warns(tmp_path):
+def test_jsonl_rows_written_are_read_back(tmp_path):
     path = tmp_path / "new" / "rows.jsonl"
     assert write_jsonl(path, [{"q": "é"}, [1, 2]]) == 2  # the folder is made; non-ASCII is kept as written
     assert path.read_text(encoding="utf-8") == '{"q": "é"}\n[1, 2]\n'
     assert list(read_jsonl(path)) == [{"q": "é"}, [1, 2]]
-    with pytest.warns(DeprecationWarning, match="import it from aggregate_graph.jsonl"):
-        from aggregate_graph.log import read_jsonl as old_path
-    assert old_path is read_jsonl

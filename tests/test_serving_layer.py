@@ -4,15 +4,12 @@ proxy's old import paths, which still work for a release with a warning naming t
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from aggregate_graph.cli import main, parser
-from aggregate_graph.serve import DEFAULT_SERVED_NAME, proxy, proxy_wire
+from aggregate_graph.serve import DEFAULT_SERVED_NAME
 from aggregate_graph.serve.engines import ENGINES
 
 
@@ -49,18 +46,3 @@ def test_the_command_runs_the_named_engine_with_its_own_flags_only(monkeypatch) 
     served.clear()
     assert main(["serve-aggregator", "folder", "--engine", "local"]) == 7  # unset: the engine's own default
     assert served == [("folder", {**common, "port": 8000, "api_key": None})]
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "names"),
-    [
-        ("aggregate_graph.openai_compat.proxy", proxy, ["ProxyConfig", "create_proxy_app", "serve_proxy", "Scrubber"]),
-        ("aggregate_graph.openai_compat.proxy_wire", proxy_wire, ["stream_response", "create_arguments"]),
-    ],
-)
-def test_the_old_proxy_paths_warn_and_reexport(monkeypatch, old: str, new: ModuleType, names: list[str]) -> None:
-    monkeypatch.delitem(sys.modules, old, raising=False)  # a cached module would import without warning
-    with pytest.warns(DeprecationWarning, match=rf"{new.__name__}.*removed in the next release"):
-        shim = importlib.import_module(old)
-    for name in names:
-        assert getattr(shim, name) is getattr(new, name)

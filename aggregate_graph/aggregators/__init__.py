@@ -1,6 +1,3 @@
-from typing import Any
-
-from aggregate_graph._moved import moved_attribute
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.best_of_n import BestOfN, score_from_params
 from aggregate_graph.aggregators.choice import SSAChoiceAggregator, render_choice_prompt
@@ -14,14 +11,6 @@ from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.aggregators.tool_calls import canonical_json, tool_plan, vote_tool_calls
 from aggregate_graph.aggregators.usc import USCAggregator, parse_usc_choice, render_usc_prompt
 from aggregate_graph.aggregators.weighted import WeightedVote, source_of
-
-# Exported here before aggregate_graph.errors became its one home (issue 23); removed in the next release.
-_MOVED = {"AggregationError": "aggregate_graph.errors"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
-
 
 __all__ = [
     "Aggregator",

@@ -11,16 +11,9 @@ from typing import Any, ClassVar
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
-from aggregate_graph._moved import moved_attribute
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 __all__ = ["Aggregator", "plurality"]
-# Exported here before aggregate_graph.errors became its one home (issue 23); removed in the next release.
-_MOVED = {"AggregationError": "aggregate_graph.errors"}
-
-
-def __getattr__(name: str) -> Any:
-    return moved_attribute(__name__, name, _MOVED)
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):

@@ -9,18 +9,14 @@ serving layer: `aggregate_graph.serve.proxy`.
     engine.py                          plan → the prebuilt graph → the API's answer, one compiled graph per shape
     chat_output.py, responses_output.py
                                        sample sets as a `ChatCompletion` (or chunks) / a `Response` (or events)
-    quorum_errors.py                   total failure as the upstream's `openai` exception (errors.py: its old,
-                                       deprecated path)
+    quorum_errors.py                   total failure as the upstream's `openai` exception
     wrap.py, entry_points.py           the patch points: `create`, `parse`, and what is refused
-    proxy.py, proxy_wire.py            deprecated paths of `aggregate_graph.serve.proxy` / `.proxy_wire`
 """
-
-from typing import Any
 
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.quorum_errors import QuorumAPIError
-from aggregate_graph.openai_compat.request import AggregationOptions, RequestError, deprecated_methods
+from aggregate_graph.openai_compat.request import AggregationOptions, RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
 
 __all__ = [
@@ -31,9 +27,3 @@ __all__ = [
     "sample_sets_from",
     "wrap_openai",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    if name == "METHODS":
-        return deprecated_methods(__name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

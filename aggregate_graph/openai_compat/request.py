@@ -5,7 +5,6 @@ refused rather than silently dropped."""
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -239,17 +238,3 @@ def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
         include_usage=bool(stream_options.get("include_usage")),
         params=kwargs,
     )
-
-
-def deprecated_methods(module: str) -> tuple[str, ...]:
-    """The old `METHODS` constant of `module`: a snapshot of the names could not see an aggregator registered
-    after import."""
-    warnings.warn(f"{module}.METHODS is deprecated: call aggregate_graph.registry.aggregator_names() (removed in the "
-                  "next release)", DeprecationWarning, stacklevel=3)  # fmt: skip
-    return aggregator_names()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "METHODS":
-        return deprecated_methods(__name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
