@@ -38,16 +38,14 @@ from langgraph.config import get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
-from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
-from aggregate_graph.answer_types import check_answer_type
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler, describe_model
-from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, build_aggregate_graph
+from aggregate_graph.draw_settings import Sampler, describe_model
+from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.models import ModelSpec, load_chat_model
-from aggregate_graph.registry import resolve_aggregator
-from aggregate_graph.sample_set import Aggregation, SampleSet
+from aggregate_graph.options import AggregationOptions
+from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks, streams_tokens
 
 # Keys LangChain adds to a structured-output call for tracing; they are not options of the candidate model.
@@ -93,7 +91,8 @@ class AggregatingChatModel(BaseChatModel):
     """Answers every call with n candidates from `model` and an aggregator, through the prebuilt graph.
 
     `model` is a chat model, a bound one, a spec string ("openai:gpt-4o-mini", "local") or a list of them;
-    the other options are those of `build_aggregate_graph` (the aggregator, too, may be a name: "ssa"). The
+    how candidates are drawn and aggregated is an `AggregationOptions` (`options=`), or its fields as keyword
+    arguments (`n=5, aggregator="ssa"`), as for `build_aggregate_graph`. The
     returned AIMessage has the aggregated text (or the voted `tool_calls`), the sample set in
     `response_metadata["sample_set"]` and the summed usage.
     """
@@ -101,35 +100,30 @@ class AggregatingChatModel(BaseChatModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     model: Any = Field(description="the candidates' chat model(s)")
-    n: int = 5
-    aggregator: Runnable[SampleSet, Aggregation] | None = None
-    system_prompts: list[str | None] | None = None
-    temperatures: list[float | None] | None = None
-    policy: CandidatePolicy | None = None
-    adaptive: AdaptiveSampling | None = None
-    min_candidates: int = 1
-    max_n: int = MAX_CANDIDATES
-    max_concurrency: int = 64
-    fallback: Runnable[SampleSet, Aggregation] | None = DEFAULT_FALLBACK
-    answer_type: Any = Field(default="auto", description="how each candidate's answer is read (`answer_types`)")
+    options: AggregationOptions = Field(default_factory=AggregationOptions, description="how to draw and aggregate")
     store: BaseStore | None = Field(default=None, exclude=True)
     _graphs: OrderedDict[str, CompiledStateGraph] = PrivateAttr(default_factory=OrderedDict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _graphs_built: int = PrivateAttr(default=0)
 
-    def __init__(self, model: ModelSpec | Sequence[ModelSpec], n: int = 5, **options: Any) -> None:
-        super().__init__(model=model, n=n, **options)
+    def __init__(
+        self,
+        model: ModelSpec | Sequence[ModelSpec],
+        n: int | None = None,
+        *,
+        options: AggregationOptions | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # the aggregation options (validated once, a named aggregator loaded once), and the chat model's own
+        fields = {k: kwargs.pop(k) for k in list(kwargs) if k in AggregationOptions.model_fields}
+        if n is not None:
+            fields["n"] = n
+        super().__init__(model=model, options=AggregationOptions.of(options, **fields), **kwargs)
 
-    @field_validator("aggregator", "fallback", mode="before")
-    @classmethod
-    def _resolve_aggregator(cls, value: Any, info: ValidationInfo) -> Any:
-        # a name loads here, once, not per compiled graph: the shipped SSA's model is loaded by one instance
-        return resolve_aggregator(value, info.field_name or "aggregator")
-
-    @field_validator("answer_type")
-    @classmethod
-    def _check_answer_type(cls, value: Any) -> Any:
-        return check_answer_type(value)
+    @property
+    def n(self) -> int:
+        """Candidates per call (`options.n`)."""
+        return self.options.n
 
     @model_validator(mode="after")
     def _resolve_models(self) -> AggregatingChatModel:
@@ -165,9 +159,8 @@ class AggregatingChatModel(BaseChatModel):
 
     @property
     def _aggregator_name(self) -> str:
-        if self.aggregator is None:
-            return MajorityVote.name
-        return getattr(self.aggregator, "name", None) or type(self.aggregator).__name__
+        aggregator = self.options.aggregator
+        return getattr(aggregator, "name", None) or type(aggregator).__name__
 
     def bind_tools(
         self,
@@ -225,19 +218,10 @@ class AggregatingChatModel(BaseChatModel):
         # checkpointer=False: the graph is this call's private work. Inside a parent graph's node it would
         # otherwise act as a subgraph and share the node's checkpoint namespace, so two calls from one node
         # would see each other's state.
+        aggregation = AggregationOptions.of(self.options, aggregator=StructuredVote()) if _wants_json(options) else None
         return build_aggregate_graph(
             self._candidate_models(options),
-            self.n,
-            aggregator=StructuredVote() if _wants_json(options) else self.aggregator,
-            system_prompts=self.system_prompts,
-            temperatures=self.temperatures,
-            policy=self.policy,
-            adaptive=self.adaptive,
-            min_candidates=self.min_candidates,
-            max_n=self.max_n,
-            max_concurrency=self.max_concurrency,
-            fallback=self.fallback,
-            answer_type=self.answer_type,
+            options=aggregation or self.options,
             store=self.store,
             checkpointer=False,
             name="aggregating_chat_model",

@@ -34,8 +34,9 @@ from aggregate_graph.cli_common import (
 from aggregate_graph.cli_serve import add_proxy, add_serve_aggregator
 from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
-from aggregate_graph.graph import MAX_CANDIDATES, build_aggregate_graph
+from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
+from aggregate_graph.options import MAX_CANDIDATES
 from aggregate_graph.registry import aggregator_names, load_aggregator
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.serve import DEFAULT_SERVED_NAME

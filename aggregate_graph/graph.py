@@ -27,15 +27,13 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
-from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.aggregators.medoid import Medoid
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
-from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type, read_answers
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler
+from aggregate_graph.answer_types import read_answers
+from aggregate_graph.draw_settings import CandidatePolicy, Sampler
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.models import ModelSpec, build_pool
-from aggregate_graph.registry import AggregatorSpec, resolve_aggregator
+from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
@@ -45,14 +43,12 @@ try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if
 except ImportError:  # pragma: no cover
     CONFIG_KEY_CHECKPOINTER = "__pregel_checkpointer"
 
-MAX_CANDIDATES = 512  # candidates one graph run may draw (`n`)
 # The types this package keeps in checkpoints: state values, and the `Draw` payloads of pending Sends.
 # LangGraph's serializer warns when it restores types it was not told about and refuses them in strict mode
 # (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.sampling", "Draw")]
-DEFAULT_FALLBACK = Medoid()  # what the graph, the node and the chat model fall back on
 # Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
 # chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
 _SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])
@@ -110,35 +106,6 @@ def _checkpointed(config: RunnableConfig) -> bool:
     return (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER) is not None
 
 
-def check_n(n: Any, max_n: int = MAX_CANDIDATES) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an integer, got {n!r}")
-    if n <= 0:
-        raise ValueError(f"n must be at least 1, got {n}")
-    if n > max_n:
-        raise ValueError(f"n={n} is over the cap of {max_n} candidates; raise max_n if you really mean it")
-    return n
-
-
-def check_options(
-    n: Any,
-    aggregator: AggregatorSpec | None,
-    min_candidates: int = 1,
-    adaptive: AdaptiveSampling | None = None,
-    fallback: AggregatorSpec | None = None,
-    max_n: int = MAX_CANDIDATES,
-) -> tuple[int, Runnable[SampleSet, Aggregation], Runnable[SampleSet, Aggregation] | None]:
-    """The graph's options checked (each wrong one named, with what to give instead): `n`, and the aggregator
-    (MajorityVote when None) and the fallback, each an Aggregator or its name (`resolve_aggregator`)."""
-    n = check_n(n, max_n)
-    if not 1 <= min_candidates <= n:
-        raise ValueError(f"min_candidates must be between 1 and n={n}, got {min_candidates}")
-    if adaptive is not None and adaptive.min_agreeing > n:
-        raise ValueError(f"adaptive.min_agreeing={adaptive.min_agreeing} can never be reached with n={n}")
-    resolved = resolve_aggregator(aggregator)
-    return n, MajorityVote() if resolved is None else resolved, resolve_aggregator(fallback, "fallback")
-
-
 class _SyncAsyncNode(Runnable[Any, Any]):
     """A node (or an edge's routing function) with a sync and an async body; without `afunc`, the sync body is
     quick, non-blocking work that runs on the event loop. LangGraph traces each node task itself; RunnableLambda
@@ -158,27 +125,15 @@ class _SyncAsyncNode(Runnable[Any, Any]):
 
 
 class _Nodes:
-    """The graph's node functions, closed over the sampling configuration."""
+    """The graph's node functions, closed over the options."""
 
     def __init__(
-        self,
-        pool: list[Sampler],
-        n: int,
-        aggregator: Runnable[SampleSet, Aggregation],
-        policy: CandidatePolicy,
-        adaptive: AdaptiveSampling | None,
-        min_candidates: int,
-        log_namespace: tuple[str, ...],
-        fallback: Runnable[SampleSet, Aggregation] | None,
-        max_concurrency: int,
-        may_checkpoint: bool,
-        answer_type: AnswerTypeSpec = "auto",
+        self, pool: list[Sampler], options: AggregationOptions, log_namespace: tuple[str, ...], may_checkpoint: bool
     ) -> None:
-        self.pool, self.n, self.aggregator, self.fallback = pool, n, aggregator, fallback
-        self.answer_type = answer_type
-        self.policy, self.adaptive, self.min_candidates = policy, adaptive, min_candidates
-        self.log_namespace = log_namespace
-        self.max_concurrency, self.may_checkpoint = max_concurrency, may_checkpoint
+        self.pool, self.n, self.aggregator, self.fallback = pool, options.n, options.aggregator, options.fallback
+        self.answer_type, self.policy, self.adaptive = options.answer_type, options.policy, options.adaptive
+        self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
+        self.log_namespace, self.may_checkpoint = log_namespace, may_checkpoint
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
@@ -398,27 +353,21 @@ class _Nodes:
 
 def build_aggregate_graph(
     model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler],
-    n: int = 5,
+    n: int | None = None,
     *,
-    aggregator: AggregatorSpec | None = None,
-    system_prompts: Sequence[str | None] | None = None,
-    temperatures: Sequence[float | None] | None = None,
-    policy: CandidatePolicy | None = None,
-    adaptive: AdaptiveSampling | None = None,
-    min_candidates: int = 1,
-    max_n: int = MAX_CANDIDATES,
-    max_concurrency: int = 64,
+    options: AggregationOptions | None = None,
     checkpointer: BaseCheckpointSaver | bool | None = None,
     store: BaseStore | None = None,
     log_namespace: tuple[str, ...] = DEFAULT_NAMESPACE,
-    fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
-    answer_type: AnswerTypeSpec = "auto",
     name: str = "aggregate_graph",
+    **fields: Any,
 ) -> CompiledStateGraph:
     """A compiled graph that answers the last human message with `n` candidates and an aggregation.
 
     `model` is a chat model, a spec string ("openai:gpt-4o-mini", "local") or a list of them; with
     `system_prompts` / `temperatures` the pool is every combination, and candidate i comes from pool[i % len].
+    How candidates are drawn and aggregated is an `AggregationOptions` (`options=`), or its fields as keyword
+    arguments (`n`, `aggregator`, `answer_type` …; given beside `options=`, they replace its fields).
     `aggregator` is an Aggregator or a name from the registry (`"majority"`, the default; `"ssa"`: the shipped
     trained SSA, in-process; see `load_aggregator`). When candidates call tools, the graph votes on the plans
     first (`vote_tool_calls`); when the aggregator finds no answer to decide on, `fallback` (the medoid
@@ -427,19 +376,13 @@ def build_aggregate_graph(
     "choice", "boolean", "span", a compiled regular expression or a function of the text (`answer_types`).
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
     """
-    n, aggregator, fallback = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
+    options = AggregationOptions.of(options, **({"n": n} if n is not None else {}), **fields)
+    adaptive = options.adaptive
     nodes = _Nodes(
-        build_pool(model, system_prompts, temperatures),
-        n,
-        aggregator,
-        policy or CandidatePolicy(),
-        adaptive,
-        min_candidates,
+        build_pool(model, options.system_prompts, options.temperatures),
+        options,
         log_namespace,
-        fallback,
-        max_concurrency,
         checkpointer is not False,  # False: never, even inside a parent that has one
-        check_answer_type(answer_type),
     )
     route = _SyncAsyncNode("route", nodes.route, nodes.aroute)
     builder = StateGraph(AggregateState)
@@ -460,7 +403,7 @@ def build_aggregate_graph(
         builder.add_conditional_edges("wave_done", route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
-    configured = graph.with_config(max_concurrency=max_concurrency)
+    configured = graph.with_config(max_concurrency=options.max_concurrency)
     # In strict mode LangGraph derives a msgpack allowlist from the state schema at compile time and applies it
     # to the checkpointer the graph runs with, also one passed in config (the parent's, or LangGraph Server's
     # own). `with_config`'s copy drops it (langgraph 1.2), so carry it over, with the Send payload type.

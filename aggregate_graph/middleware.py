@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -26,10 +26,7 @@ from langchain_core.language_models import BaseChatModel
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregating_chat_model import AggregatingChatModel
-from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
-from aggregate_graph.graph import DEFAULT_FALLBACK, MAX_CANDIDATES, check_options
-from aggregate_graph.registry import AggregatorSpec
+from aggregate_graph.options import AggregationOptions
 
 _MODELS_KEPT = 16  # aggregating wrappers kept, one per model the agent's requests name
 
@@ -37,8 +34,9 @@ _MODELS_KEPT = 16  # aggregating wrappers kept, one per model the agent's reques
 class AggregationMiddleware(AgentMiddleware):
     """Answers each of the agent's model calls with `n` candidates from the request's own model, aggregated.
 
-    The options are those of `build_aggregate_graph` (and `AggregatingChatModel`), checked here, at
-    construction: a bad one fails when the agent is built, not on its first question.
+    The options are an `AggregationOptions` (`options=`) or its fields as keyword arguments, as for
+    `build_aggregate_graph` and `AggregatingChatModel`, checked here, at construction: a bad one fails when the
+    agent is built, not on its first question.
 
     ```python
     agent = create_agent(model, tools, middleware=[ModelRetryMiddleware(), AggregationMiddleware(n=5)])
@@ -47,36 +45,16 @@ class AggregationMiddleware(AgentMiddleware):
 
     def __init__(
         self,
-        n: int = 5,
+        n: int | None = None,
         *,
-        aggregator: AggregatorSpec | None = None,
-        system_prompts: Sequence[str | None] | None = None,
-        temperatures: Sequence[float | None] | None = None,
-        policy: CandidatePolicy | None = None,
-        adaptive: AdaptiveSampling | None = None,
-        min_candidates: int = 1,
-        max_n: int = MAX_CANDIDATES,
-        max_concurrency: int = 64,
-        fallback: AggregatorSpec | None = DEFAULT_FALLBACK,
-        answer_type: AnswerTypeSpec = "auto",
+        options: AggregationOptions | None = None,
         store: BaseStore | None = None,
+        **fields: Any,
     ) -> None:
         super().__init__()
-        # names resolve here, once: every model's aggregating wrapper then shares one aggregator (one SSA model)
-        self.n, aggregator, fallback = check_options(n, aggregator, min_candidates, adaptive, fallback, max_n)
-        self.options: dict[str, Any] = {
-            "aggregator": aggregator,
-            "system_prompts": None if system_prompts is None else list(system_prompts),
-            "temperatures": None if temperatures is None else list(temperatures),
-            "policy": policy,
-            "adaptive": adaptive,
-            "min_candidates": min_candidates,
-            "max_n": max_n,
-            "max_concurrency": max_concurrency,
-            "fallback": fallback,
-            "answer_type": check_answer_type(answer_type),
-            "store": store,
-        }
+        # validated here, a named aggregator loaded once: every model's aggregating wrapper shares it (one SSA)
+        self.options = AggregationOptions.of(options, **({"n": n} if n is not None else {}), **fields)
+        self.store = store
         self._models: OrderedDict[int, tuple[BaseChatModel, AggregatingChatModel]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -90,7 +68,7 @@ class AggregationMiddleware(AgentMiddleware):
             if kept is not None and kept[0] is model:
                 self._models.move_to_end(id(model))
                 return kept[1]
-            wrapper = AggregatingChatModel(model, n=self.n, **self.options)
+            wrapper = AggregatingChatModel(model, options=self.options, store=self.store)
             self._models[id(model)] = (model, wrapper)
             while len(self._models) > _MODELS_KEPT:
                 self._models.popitem(last=False)

@@ -24,10 +24,12 @@ class AggregateNode(Runnable[Any, dict[str, Any]]):
     Returns `{"messages": [AIMessage]}`; the AIMessage's `response_metadata["sample_set"]` holds the sample
     set (load it with `SampleSet.model_validate`). It runs the prebuilt graph as a subgraph, so the parent's
     checkpointer, store and stream (`subgraphs=True`, or `stream_mode="custom"` for candidate progress)
-    apply to it. Keyword arguments are those of `build_aggregate_graph`.
+    apply to it. Keyword arguments are those of `build_aggregate_graph` (`options=` or its fields).
     """
 
-    def __init__(self, model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler], n: int = 5, **kwargs: Any) -> None:
+    def __init__(
+        self, model: ModelSpec | Sampler | Sequence[ModelSpec | Sampler], n: int | None = None, **kwargs: Any
+    ) -> None:
         if "checkpointer" in kwargs or "store" in kwargs:
             raise TypeError("AggregateNode uses the parent graph's checkpointer and store; pass them to its compile()")
         self.graph = build_aggregate_graph(model, n, **kwargs)

@@ -171,6 +171,6 @@ def test_every_surface_reads_with_the_answer_type(serve):
     message = model.invoke(question)
     assert message.response_metadata["sample_set"]["aggregation"]["answer"] == "yes"
     middleware = AggregationMiddleware(n=5, answer_type="boolean")
-    assert middleware.aggregating(chat(server)).answer_type == "boolean"
+    assert middleware.aggregating(chat(server)).options.answer_type == "boolean"
     with pytest.raises(ValueError, match="answer_type must be one of"):
         AggregationMiddleware(n=5, answer_type="yes-no")

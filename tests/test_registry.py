@@ -197,9 +197,9 @@ def test_every_entry_point_that_takes_an_aggregator_takes_its_name(serve, tmp_pa
     node = AggregateNode(chat(server), n=3, aggregator="majority")
     assert node.invoke({"messages": [HumanMessage("6×7?")]})["messages"][-1].content
     model = AggregatingChatModel(chat(server), n=3, aggregator="majority", fallback="majority")
-    assert isinstance(model.aggregator, MajorityVote) and isinstance(model.fallback, MajorityVote)
+    assert isinstance(model.options.aggregator, MajorityVote) and isinstance(model.options.fallback, MajorityVote)
     middleware = AggregationMiddleware(n=3, aggregator="majority")
-    assert isinstance(middleware.options["aggregator"], MajorityVote)
+    assert isinstance(middleware.options.aggregator, MajorityVote)
     weights = save_weights(tmp_path / "weights.json", GOOD, NOISY)
     assert isinstance(resolve_aggregator(load_aggregator("weighted", weights=weights)), WeightedVote)
     assert resolve_aggregator(None) is None

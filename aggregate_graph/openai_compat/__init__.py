@@ -16,13 +16,13 @@ serving layer: `aggregate_graph.serve.proxy`.
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.openai_compat.quorum_errors import QuorumAPIError
-from aggregate_graph.openai_compat.request import AggregationOptions, RequestError
+from aggregate_graph.openai_compat.request import RequestAggregation, RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
 
 __all__ = [
-    "AggregationOptions",
     "OpenAIClientChatModel",
     "QuorumAPIError",
+    "RequestAggregation",
     "RequestError",
     "sample_sets_from",
     "wrap_openai",

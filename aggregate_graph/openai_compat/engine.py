@@ -20,7 +20,7 @@ from aggregate_graph.aggregators import StructuredVote, WeightedVote
 from aggregate_graph.answer_types import AnswerTypeSpec
 from aggregate_graph.draw_settings import CandidatePolicy
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
-from aggregate_graph.graph import build_aggregate_graph, check_n
+from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.openai_compat.chat_output import (
     STREAM_MODES,
     AsyncChunkStream,
@@ -41,6 +41,7 @@ from aggregate_graph.openai_compat.request import Plan, RequestError, plan_reque
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request
+from aggregate_graph.options import check_n
 from aggregate_graph.registry import missing_options, registration
 from aggregate_graph.sample_set import Aggregation, SampleSet
 

@@ -41,7 +41,7 @@ class RequestError(AggregateGraphError, BadRequestError, ValueError):
         super().__init__(message, response=http.Response(400, request=request, json={"error": body}), body=body)
 
 
-class AggregationOptions(BaseModel):
+class RequestAggregation(BaseModel):
     """Per-request control, sent as `extra_body={"aggregation": {...}}` (or a JSON body field `aggregation`)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -89,18 +89,18 @@ def given(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if not isinstance(v, NotGiven | Omit)}
 
 
-def split_options(kwargs: dict[str, Any]) -> tuple[AggregationOptions, dict[str, Any]]:
+def split_options(kwargs: dict[str, Any]) -> tuple[RequestAggregation, dict[str, Any]]:
     """Our options out of `extra_body`, and the request without them (the rest of `extra_body` stays)."""
     kwargs = given(kwargs)
     extra = kwargs.get("extra_body")
     if extra is None or OPTIONS_KEY not in extra:
-        return AggregationOptions(), kwargs
+        return RequestAggregation(), kwargs
     if not isinstance(extra, dict):
         raise RequestError("extra_body must be a JSON object", param="extra_body")
     extra = dict(extra)
     raw = extra.pop(OPTIONS_KEY)
     try:
-        options = AggregationOptions.model_validate(raw if raw is not None else {})
+        options = RequestAggregation.model_validate(raw if raw is not None else {})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in (OPTIONS_KEY, *first["loc"]))
@@ -184,7 +184,7 @@ def _positive_int(value: Any, param: str) -> int:
     return value
 
 
-def plan_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
+def plan_request(options: RequestAggregation, kwargs: dict[str, Any]) -> Plan:
     """The plan for an aggregated request (`kwargs` without our options), or a RequestError saying what
     cannot be aggregated."""
     kwargs = dict(kwargs)

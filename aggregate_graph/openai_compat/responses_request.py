@@ -13,8 +13,8 @@ from typing import Any
 
 from aggregate_graph.openai_compat.request import (
     OPTIONS_KEY,
-    AggregationOptions,
     Plan,
+    RequestAggregation,
     RequestError,
     as_dict,
     check_method,
@@ -75,7 +75,7 @@ def _refuse_unvoted_tools(kwargs: dict[str, Any]) -> None:
             )
 
 
-def plan_responses_request(options: AggregationOptions, kwargs: dict[str, Any]) -> Plan:
+def plan_responses_request(options: RequestAggregation, kwargs: dict[str, Any]) -> Plan:
     """The plan for an aggregated Responses call (`kwargs` without our options), or a RequestError saying what
     cannot be aggregated. The plan's `messages` are the caller's input items (a string input is one user
     message) and its `params` every other option, sent to each candidate call as they are."""

@@ -21,7 +21,6 @@ from langgraph.store.base import BaseStore
 from aggregate_graph.aggregators import WeightedVote
 from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type
 from aggregate_graph.draw_settings import CandidatePolicy
-from aggregate_graph.graph import MAX_CANDIDATES
 from aggregate_graph.openai_compat.chat_output import AsyncStreamedAggregation, StreamedAggregation
 from aggregate_graph.openai_compat.engine import (
     ENGINE_ATTRIBUTE,
@@ -36,6 +35,7 @@ from aggregate_graph.openai_compat.entry_points import (
     refuse_unaggregated,
     resource,
 )
+from aggregate_graph.options import MAX_CANDIDATES
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
 if TYPE_CHECKING:
