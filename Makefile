@@ -17,7 +17,7 @@ $(BIN)/activate: pyproject.toml
 install: $(BIN)/activate
 
 demo: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m aggregate_graph.demo
+	HF_HUB_OFFLINE=1 $(BIN)/python -m aggregate_graph.cli.demo
 	HF_HUB_OFFLINE=1 $(BIN)/aggregate-graph ask "What is 10 times 10? Answer with a number." --n 5 --max-tokens 48
 
 test: install
@@ -55,6 +55,7 @@ test-vllm: install vllm-env
 bench: install
 	$(BIN)/python benchmarks/fanout.py
 	$(BIN)/python benchmarks/aggregator.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/aggregator_cost.py
 	$(BIN)/python benchmarks/proxy_load.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/ssa_inference.py
 	$(BIN)/python benchmarks/content_kinds.py

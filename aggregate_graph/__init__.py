@@ -14,47 +14,45 @@ The face, importable from `aggregate_graph`; everything else is imported from th
     AggregateGraphError, AggregationError,      what it raises on purpose
     QuorumError
 
-Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer.
+Read top-down, the package follows one answer: question → candidates → sample set → aggregator → answer; each
+folder is one step, and imports point down this list only.
 
-    models.py, draw_settings.py the chat model(s) a question goes to and their settings, and how candidates are
-    sampling.py, n_support.py,  drawn (n requests, retries, deadlines, what each endpoint does with `n`, the
-    retries.py, replies.py      `Reply` a candidate is built from)
-    answers.py, answer_prose.py a candidate's final answer: extraction, abstentions, math equivalence
-    sample_set.py               the one data type: question, candidates, aggregation
-    aggregators/                SampleSet → Aggregation, one class each, declaring its registry name and how it is
-                                built from options (`from_options`): votes (majority, weighted, tool calls,
-                                structured, medoid, best-of-n) and model-backed ones (SSA, GSR, USC, recursive)
-    registry.py                 the open registry every surface resolves an aggregator name through:
-                                `register(name, factory)`, `load_aggregator`; trained_folder.py and trained/:
-                                trained aggregators, the shipped SSA among them
-    graph.py                    the prebuilt LangGraph graph that runs all of that; errors.py the exceptions
-    node.py,                    the graph as a node for your graph, as a chat model, and as a middleware for
-    aggregating_chat_model.py,  `create_agent`
-    middleware.py
+    drawing/            where a question goes and how its n candidates come back: `Sampler` and its policies,
+                        chat models by name, the draws (n requests or one with `n`), retries, deadlines
+    reading/            what each candidate's reply says: answer types, final answers, math equivalence, and
+                        the look of its work (arithmetic slips, vote classes)
+    sample_set.py       the one data type: question, candidates, aggregation; errors.py the exception tree
+    aggregators/        SampleSet → Aggregation, one class each, registered by name (registry.py: every surface
+                        resolves names there): votes (majority, weighted and its fitting, tool calls, structured,
+                        medoid, best-of-n) and model-backed ones (SSA, GSR, USC, recursive); trained.py and
+                        trained/: trained aggregator folders, the shipped SSA among them
+    options.py          `AggregationOptions`: the one options type every surface takes, validated once
+    graph.py, node.py   the prebuilt LangGraph graph, and the same as a node of your graph
+    aggregating_chat_model.py, middleware.py, streaming.py
+                        the graph as a LangChain chat model and as a middleware for `create_agent`, and how
+                        either streams (answer chunks, progress events)
+    log.py, jsonl.py    the sample-set log, and the one JSONL reader and writer
 
 Around it, the integrations: openai_compat/ (`wrap_openai`: chat completions and the Responses API answered with
-aggregations), serve/ (the one serving layer: the HTTP toolkit every server is built with, the OpenAI-compatible
-proxy, and serve-aggregator's two engines behind one interface, engines.py: local, a model in this process, and
-vLLM, in its own environment), local/ (a transformers model run in this process as a chat model, the embedded
-SmolLM2 by default: "local" means that everywhere, in `--model local` and `--engine local` too), log.py (the
-sample-set log; jsonl.py the one JSONL reader and writer), pools.py (the real sample pools, research data not
-shipped with the package), cli.py, cli_serve.py and demo.py (the `aggregate-graph` command — `ask` there, its server
-commands `serve-aggregator` and `proxy` in cli_serve.py — and the offline demo over the sample sets in data/;
-cli_common.py: what the commands share with `aggregate-train`), testing/ (a scripted OpenAI-compatible server: chat
-completions and the Responses API).
+aggregations, and `aggregate-graph proxy`, the same over HTTP), serve/ (serving a model: the HTTP toolkit every
+server is built with, and serve-aggregator's two engines behind one interface, local and vLLM), local/ (a
+transformers model run in this process as a chat model, the embedded SmolLM2 by default: "local" means that
+everywhere, in `--model local` and `--engine local` too), cli/ (the `aggregate-graph` command, its server commands
+and the offline demo), testing/ (a scripted OpenAI-compatible server). The research-data loaders (the pools in
+`../shared/data`) live in `training.pools`, outside the runtime.
 """
 
 from aggregate_graph.aggregating_chat_model import AggregatingChatModel
 from aggregate_graph.aggregators.base import Aggregator
-from aggregate_graph.answers import extract_answer
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy, Sampler
+from aggregate_graph.aggregators.registry import load_aggregator, register
+from aggregate_graph.drawing.settings import AdaptiveSampling, CandidatePolicy, Sampler
 from aggregate_graph.errors import AggregateGraphError, AggregationError, QuorumError
 from aggregate_graph.graph import AggregateState, build_aggregate_graph, checkpoint_serde
 from aggregate_graph.middleware import AggregationMiddleware
 from aggregate_graph.node import AggregateNode
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.wrap import wrap_openai
-from aggregate_graph.registry import load_aggregator, register
+from aggregate_graph.reading.answers import extract_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 __all__ = [  # noqa: RUF022 - grouped as the table at the top, not sorted

@@ -41,9 +41,9 @@ from langgraph.store.base import BaseStore
 from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from aggregate_graph.aggregators.structured import StructuredVote
-from aggregate_graph.draw_settings import Sampler, describe_model
+from aggregate_graph.drawing.models import ModelSpec, load_chat_model
+from aggregate_graph.drawing.settings import CandidatePolicy, Sampler, describe_model
 from aggregate_graph.graph import build_aggregate_graph
-from aggregate_graph.models import ModelSpec, load_chat_model
 from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks, streams_tokens
@@ -52,6 +52,8 @@ from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks, streams_tok
 _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")
 _GRAPHS_KEPT = 32  # compiled graphs kept per chat model, one per shape of call (tools, response format, options)
 _JSON_FORMATS = ("json_object", "json_schema")
+# A chat model's own constructor options (LangChain's standard params), bound to every candidate request
+_CALL_OPTIONS = ("temperature", "max_tokens", "stop")
 # The call being run by an AggregatingChatModel's public method: the model, the call's config and its run id.
 _CALL: ContextVar[tuple[Any, RunnableConfig, UUID] | None] = ContextVar("aggregating_chat_model_call", default=None)
 
@@ -87,13 +89,29 @@ def _nested(config: RunnableConfig) -> Iterator[None]:
         var_child_runnable_config.reset(token)
 
 
+def _policy_from_params(policy: CandidatePolicy | None, params: dict[str, Any]) -> CandidatePolicy | None:
+    """The candidate policy with LangChain's standard `timeout` (seconds per attempt) and `max_retries` taken out
+    of `params`; None when neither was given."""
+    timeout, retries = params.pop("timeout", None), params.pop("max_retries", None)
+    if timeout is None and retries is None:
+        return None
+    update: dict[str, Any] = {}
+    if timeout is not None:
+        update["timeout_s"] = timeout
+    if retries is not None:
+        update["max_attempts"] = retries + 1
+    return (policy or CandidatePolicy()).model_copy(update=update)
+
+
 class AggregatingChatModel(BaseChatModel):
     """Answers every call with n candidates from `model` and an aggregator, through the prebuilt graph.
 
     `model` is a chat model, a bound one, a spec string ("openai:gpt-4o-mini", "local") or a list of them;
     how candidates are drawn and aggregated is an `AggregationOptions` (`options=`), or its fields as keyword
-    arguments (`n=5, aggregator="ssa"`), as for `build_aggregate_graph`. The
-    returned AIMessage has the aggregated text (or the voted `tool_calls`), the sample set in
+    arguments (`n=5, aggregator="ssa"`), as for `build_aggregate_graph`. A chat model's standard parameters
+    apply to the candidates: `temperature`, `max_tokens` and `stop` are bound to every candidate request,
+    `timeout` (seconds per attempt) and `max_retries` set the candidate `policy`. The returned AIMessage has the
+    aggregated text (or the voted `tool_calls`), the sample set in
     `response_metadata["sample_set"]` and the summed usage.
     """
 
@@ -101,6 +119,9 @@ class AggregatingChatModel(BaseChatModel):
 
     model: Any = Field(description="the candidates' chat model(s)")
     options: AggregationOptions = Field(default_factory=AggregationOptions, description="how to draw and aggregate")
+    call_options: dict[str, Any] = Field(
+        default_factory=dict, description="bound to every candidate request (temperature, max_tokens, stop)"
+    )
     store: BaseStore | None = Field(default=None, exclude=True)
     _graphs: OrderedDict[str, CompiledStateGraph] = PrivateAttr(default_factory=OrderedDict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
@@ -114,11 +135,23 @@ class AggregatingChatModel(BaseChatModel):
         options: AggregationOptions | None = None,
         **kwargs: Any,
     ) -> None:
-        # the aggregation options (validated once, a named aggregator loaded once), and the chat model's own
+        # the aggregation options (validated once, a named aggregator loaded once), the standard chat-model
+        # params (the candidates' call options; timeout and retries are how candidates are drawn: `policy`), and
+        # the chat model's own fields; anything else is a mistake, named
         fields = {k: kwargs.pop(k) for k in list(kwargs) if k in AggregationOptions.model_fields}
         if n is not None:
             fields["n"] = n
-        super().__init__(model=model, options=AggregationOptions.of(options, **fields), **kwargs)
+        call_options = dict(kwargs.pop("call_options", None) or {})
+        call_options.update({k: kwargs.pop(k) for k in _CALL_OPTIONS if k in kwargs})
+        if not call_options.get("stop"):
+            call_options.pop("stop", None)
+        policy = _policy_from_params(fields.get("policy") or (options.policy if options else None), kwargs)
+        if policy is not None:
+            fields["policy"] = policy
+        for unknown in set(kwargs) - set(type(self).model_fields):  # refused by the options, with their message
+            fields[unknown] = kwargs.pop(unknown)
+        super().__init__(model=model, options=AggregationOptions.of(options, **fields), call_options=call_options,
+                         **kwargs)  # fmt: skip
 
     @property
     def n(self) -> int:
@@ -175,10 +208,9 @@ class AggregatingChatModel(BaseChatModel):
             kwargs["tool_choice"] = tool_choice
         return self.bind(tools=list(tools), **kwargs)
 
-    @staticmethod
-    def _options(stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """This call's options for the candidate requests."""
-        options = {k: v for k, v in kwargs.items() if k not in _TRACING_KWARGS}
+    def _options(self, stop: list[str] | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """This call's options for the candidate requests, over those bound at construction (`call_options`)."""
+        options = {**self.call_options, **{k: v for k, v in kwargs.items() if k not in _TRACING_KWARGS}}
         if stop is not None:
             options["stop"] = stop
         return options

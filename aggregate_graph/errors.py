@@ -16,13 +16,12 @@ failure maps to (`except openai.RateLimitError` works), which is also a `QuorumE
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import httpx
 import openai
 
-if TYPE_CHECKING:
-    from aggregate_graph.sample_set import SampleSet
+from aggregate_graph.sample_set import ErrorKind, SampleSet
 
 
 class AggregateGraphError(Exception):
@@ -60,7 +59,6 @@ class QuorumError(_DrawnError):
 
 
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
-ErrorKind = Literal["status", "timeout", "connection", "other"]
 # The classes a timeout or a failed / dropped connection comes as, from the openai SDK (which LangChain's OpenAI
 # models use too), httpx beneath it, or the standard library.
 _TIMEOUTS = (TimeoutError, openai.APITimeoutError, httpx.TimeoutException)

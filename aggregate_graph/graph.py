@@ -28,14 +28,21 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
 from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
-from aggregate_graph.answer_types import read_answers
-from aggregate_graph.draw_settings import CandidatePolicy, Sampler
+from aggregate_graph.drawing.models import ModelSpec, build_pool
+from aggregate_graph.drawing.sampling import (
+    Draw,
+    OnDrawn,
+    adraw_candidates,
+    adraw_singles,
+    draw_candidates,
+    draw_singles,
+)
+from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
-from aggregate_graph.models import ModelSpec, build_pool
 from aggregate_graph.options import AggregationOptions
+from aggregate_graph.reading.answer_types import read_answers
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
-from aggregate_graph.sampling import Draw, OnDrawn, adraw_candidates, adraw_singles, draw_candidates, draw_singles
 from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
@@ -48,7 +55,7 @@ except ImportError:  # pragma: no cover
 # (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
-] + [("aggregate_graph.sampling", "Draw")]
+] + [("aggregate_graph.drawing.sampling", "Draw")]
 # Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
 # chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
 _SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])

@@ -7,9 +7,9 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from aggregate_graph.draw_settings import Sampler
+from aggregate_graph.drawing.models import ModelSpec
+from aggregate_graph.drawing.settings import Sampler
 from aggregate_graph.graph import build_aggregate_graph
-from aggregate_graph.models import ModelSpec
 
 
 class AggregateNode(Runnable[Any, dict[str, Any]]):

@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.medoid import Medoid
-from aggregate_graph.answer_types import check_answer_type
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
-from aggregate_graph.registry import resolve_aggregator
+from aggregate_graph.aggregators.registry import resolve_aggregator
+from aggregate_graph.drawing.settings import AdaptiveSampling, CandidatePolicy
+from aggregate_graph.reading.answer_types import check_answer_type
 
 MAX_CANDIDATES = 512  # candidates one graph run may draw (`n`), unless `max_n` raises the cap
 DEFAULT_FALLBACK = Medoid()  # the pick when the aggregator finds no answer to decide on (small talk, prose)
@@ -116,7 +116,8 @@ class AggregationOptions(BaseModel):
             raise TypeError(f"options must be an AggregationOptions, got {type(options).__name__}")
         if options is not None and not fields:
             return options
-        given = {name: getattr(options, name) for name in cls.model_fields} if options is not None else {}
+        # only the fields set on `options`: a surface can still tell a field left at its default (`model_fields_set`)
+        given = {name: getattr(options, name) for name in options.model_fields_set} if options is not None else {}
         try:
             return cls(**{**given, **fields})
         except ValidationError as error:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from aggregate_graph.errors import ErrorKind
+ErrorKind = Literal["status", "timeout", "connection", "other"]
+"""What kind of failure a failed candidate met: an HTTP status answered, a timeout, a failed or dropped
+connection, or something else (`errors.error_kind`)."""
 
 
 def clean_text(value: Any) -> Any:

@@ -16,9 +16,9 @@ from langchain_openai import ChatOpenAI
 
 from aggregate_graph.aggregators import SSAAggregator
 from aggregate_graph.local import smollm2_path
-from aggregate_graph.pools import load_qwen_math
 from aggregate_graph.serve.local import create_app
 from aggregate_graph.testing import running
+from training.pools import load_qwen_math
 
 K, SETS, OUTPUT_TOKENS = 5, 3, 16
 

@@ -4,7 +4,7 @@
 
 - old: `stated_answer` of aggregate_graph/answers.py and answer_prose.py as of commit 37da138 (read with `git show`
   into temporary modules, as benchmarks/check_prose_extraction.py compares before and after);
-- new: `aggregate_graph.answer_types.read_answers`.
+- new: `aggregate_graph.reading.answer_types.read_answers`.
 
 Accuracy: a row counts when the reader's answer for its text (read in its set: the text, then the row's `others`)
 is `answers.equivalent` to the expected one, or None where None is expected: both readers are judged by the same
@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-from aggregate_graph import answers
-from aggregate_graph.answer_types import read_answers
+from aggregate_graph.reading import answers
+from aggregate_graph.reading.answer_types import read_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "answer_corpus.jsonl"

@@ -5,7 +5,7 @@ extracted from the texts by `stated_answer`.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/check_prose_extraction.py --before /tmp/answers_orig.py
 
-`--before` is the previous answers.py (e.g. `git show HEAD~1:aggregate_graph/answers.py > /tmp/answers_orig.py`),
+`--before` is the previous answers.py (e.g. `git show 37da138:aggregate_graph/answers.py > /tmp/answers_orig.py`),
 loaded as a separate module; the current one is the package's.
 """
 
@@ -17,9 +17,10 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from aggregate_graph import SampleSet, answers
+from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.pools import load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
+from aggregate_graph.reading import answers
+from training.pools import load_faithful_cot, load_gpt3_solutions, load_qwen_math, pool_metrics
 
 
 def load_module(path: str) -> ModuleType:

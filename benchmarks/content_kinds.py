@@ -19,12 +19,13 @@ import random
 import sys
 from collections import defaultdict
 
-from aggregate_graph.aggregators import MajorityVote, WeightedVote
-from aggregate_graph.aggregators.kinds import VOTE_CLASSES, vote_class
-from aggregate_graph.answers import equivalent
-from aggregate_graph.pools import is_reserved, load_faithful_cot
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
+from aggregate_graph.reading.answers import equivalent
+from aggregate_graph.reading.kinds import VOTE_CLASSES, vote_class
 from training.data import one_model
 from training.evaluate import subset
+from training.pools import is_reserved, load_faithful_cot
 
 MAIN_LMS = ("code002", "text002", "text003", "gpt-3.5-turbo")  # the single-model rows
 
@@ -46,7 +47,7 @@ def main() -> int:
     by_class: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     majority = MajorityVote()
     for half in range(2):
-        vote = WeightedVote.fit(halves[1 - half])
+        vote = fit_weighted_vote(halves[1 - half])
         for sample_set in halves[half]:
             for lm in lms:
                 mine = one_model(sample_set, lm)

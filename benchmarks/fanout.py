@@ -34,9 +34,9 @@ from openai import AsyncOpenAI
 
 from aggregate_graph import CandidatePolicy, SampleSet, build_aggregate_graph, wrap_openai
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.answers import _parsed, _value_key, _verify_with_timeout
-from aggregate_graph.pools import load_qwen_math
+from aggregate_graph.reading.answers import _parsed, _value_key, _verify_with_timeout
 from aggregate_graph.sample_set import Candidate
+from training.pools import load_qwen_math
 
 LATENCY_S = 0.1
 REPEATS = 25

@@ -22,7 +22,8 @@ import httpx
 import openai
 
 from aggregate_graph import sample_sets_from
-from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app
+from aggregate_graph.openai_compat.proxy import create_proxy_app
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.testing import OpenAITestServer
 from aggregate_graph.testing.threaded import running
 

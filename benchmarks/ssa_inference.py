@@ -27,8 +27,8 @@ import yaml
 
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.answers import equivalent
-from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
+from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggregator
+from aggregate_graph.reading.answers import equivalent
 from training.build import split_problems
 from training.data import load_sample_sets, one_model, problem_key
 from training.evaluate import subset

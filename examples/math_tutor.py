@@ -29,8 +29,8 @@ from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import TypedDict  # pydantic builds Studio's JSON schemas from it before Python 3.12
 
 from aggregate_graph import AggregateNode, SampleSet, checkpoint_serde, extract_answer
-from aggregate_graph.answers import equivalent
-from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
+from aggregate_graph.drawing.models import LOCAL_PREFIXES, load_chat_model
+from aggregate_graph.reading.answers import equivalent
 
 SOLVE_PROMPT = (
     "You are a patient math tutor. Solve the student's problem step by step, one short step per line, "

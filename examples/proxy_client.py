@@ -21,7 +21,8 @@ from typing import Any
 from openai import OpenAI
 
 from aggregate_graph import sample_sets_from
-from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app
+from aggregate_graph.openai_compat.proxy import create_proxy_app
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.testing import OpenAITestServer, running
 
 # The upstream's candidates: three of five say 12, two slip.

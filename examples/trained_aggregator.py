@@ -24,8 +24,8 @@ from langchain_openai import ChatOpenAI
 
 from aggregate_graph import SampleSet, build_aggregate_graph
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.answers import equivalent
-from aggregate_graph.registry import load_aggregator
+from aggregate_graph.aggregators.registry import load_aggregator
+from aggregate_graph.reading.answers import equivalent
 from aggregate_graph.testing import OpenAITestServer
 
 QUESTION = (

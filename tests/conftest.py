@@ -32,7 +32,7 @@ def _forget_earlier_servers() -> None:
     opened them (a closed one by now)."""
     from langchain_openai.chat_models import _client_utils
 
-    from aggregate_graph.n_support import forget
+    from aggregate_graph.drawing.n_support import forget
 
     forget()
     _client_utils._cached_async_httpx_client.cache_clear()

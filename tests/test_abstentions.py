@@ -5,9 +5,10 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from aggregate_graph import AggregationError, Candidate, CandidatePolicy, SampleSet, build_aggregate_graph
-from aggregate_graph.aggregators import MajorityVote, WeightedVote
+from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
 from aggregate_graph.aggregators.ssa import SSAStyle, render_ssa_prompt
-from aggregate_graph.answers import ABSTENTIONS, abstention, extract_answer, screen_answer, stated_answer
+from aggregate_graph.reading.answers import ABSTENTIONS, abstention, extract_answer, screen_answer, stated_answer
 from tests.conftest import chat
 
 
@@ -131,7 +132,7 @@ def test_weighted_vote_neither_counts_nor_fits_on_abstentions():
         SampleSet(question=f"q{i}", gold="5", candidates=candidates("#### 5", "The answer is unknown."))
         for i in range(3)
     ]
-    weighted = WeightedVote.fit(sets)
+    weighted = fit_weighted_vote(sets)
     assert set(weighted.reliability) == {"m0"}  # m1 only ever abstained: no record to fit
     result = weighted.invoke(sets[0])
     assert result.answer == "5" and result.details["abstentions"] == {"1": "unknown"}

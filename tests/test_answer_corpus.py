@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aggregate_graph.answer_types import read_answers
-from aggregate_graph.answers import equivalent
+from aggregate_graph.reading.answer_types import read_answers
+from aggregate_graph.reading.answers import equivalent
 
 CORPUS = Path(__file__).parent / "data" / "answer_corpus.jsonl"
 

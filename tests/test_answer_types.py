@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from aggregate_graph import build_aggregate_graph
-from aggregate_graph.answer_types import infer_answer_type, listed_options, read_answers
-from aggregate_graph.answers import equivalent, group_equivalent
+from aggregate_graph.reading.answer_types import infer_answer_type, listed_options, read_answers
+from aggregate_graph.reading.answers import equivalent, group_equivalent
 from tests.conftest import chat
 
 SETS = {

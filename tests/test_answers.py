@@ -3,8 +3,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from aggregate_graph import answers
-from aggregate_graph.answers import equivalent, extract_answer, group_equivalent, normalize_answer
+from aggregate_graph.reading import answers
+from aggregate_graph.reading.answers import equivalent, extract_answer, group_equivalent, normalize_answer
 
 
 @pytest.mark.parametrize(

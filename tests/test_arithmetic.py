@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from aggregate_graph.aggregators.arithmetic import arithmetic_slips, has_slip
-from aggregate_graph.aggregators.kinds import content_kind
-from aggregate_graph.answers import equivalent
-from aggregate_graph.pools import data_dir, is_reserved, load_faithful_cot
+from aggregate_graph.reading.answers import equivalent
+from aggregate_graph.reading.arithmetic import arithmetic_slips, has_slip
+from aggregate_graph.reading.kinds import content_kind
 from aggregate_graph.sample_set import Candidate
+from training.pools import data_dir, is_reserved, load_faithful_cot
 
 DATA = data_dir()
 

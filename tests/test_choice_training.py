@@ -14,8 +14,8 @@ import torch
 
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import SSAChoiceAggregator
+from aggregate_graph.aggregators.trained import load_trained_aggregator
 from aggregate_graph.log import read_sample_sets
-from aggregate_graph.trained_folder import load_trained_aggregator
 from tests.test_training_chain import run
 from tests.training_fixtures import CHOICE_STYLE, build_tiny_qwen2, corpus, toy_sample_sets
 from training.calibrate import _Outcome, choose

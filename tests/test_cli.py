@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aggregate_graph.cli import _model, main, parser
-from aggregate_graph.cli_common import DEBUG_ENV, CLIError, quiet_libraries, run_command
-from aggregate_graph.cli_serve import _server_key
+from aggregate_graph.cli.common import DEBUG_ENV, CLIError, quiet_libraries, run_command
+from aggregate_graph.cli.main import _model, main, parser
+from aggregate_graph.cli.serve import _server_key
 
 pytestmark = pytest.mark.usefixtures("restored_environment")  # main() runs in-process below
 
@@ -100,11 +100,7 @@ def test_a_traceback_only_with_debug() -> None:
     ("flags", "message"),
     [
         (["--n", "0"], "error: --n: 0 given; it must be at least 1\n"),
-        (
-            ["--aggregator", "weighted"],
-            "error: aggregator 'weighted' needs aggregator_weights (--aggregator-weights FILE): a WeightedVote, or "
-            "the file WeightedVote.save / `aggregate-train weights` wrote\n",
-        ),
+        (["--n", "2", "--min-candidates", "3"], "error: min_candidates must be between 1 and n=2, got 3\n"),
         (
             ["--aggregator-weights", "/nope.json", "--upstream-timeout", "0", "--max-request-seconds", "-1"],
             "error: --aggregator-weights: aggregator weights '/nope.json': no such file (write one with "

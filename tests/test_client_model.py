@@ -20,10 +20,10 @@ from langchain_core.tracers.context import collect_runs, tracing_v2_enabled
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
-from aggregate_graph.draw_settings import Sampler
+from aggregate_graph.drawing.replies import reply_of
+from aggregate_graph.drawing.sampling import Draw, adraw_candidates, draw_candidates, replies_directly
+from aggregate_graph.drawing.settings import Sampler
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
-from aggregate_graph.replies import reply_of
-from aggregate_graph.sampling import Draw, adraw_candidates, draw_candidates, replies_directly
 from aggregate_graph.testing.openai_server import tool_calls_reply
 
 PROMPT = [HumanMessage("What is 6 times 7?")]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import SSAStyle, WeightedVote, render_ssa_prompt
+from aggregate_graph.aggregators.trained import load_trained_aggregator
 from aggregate_graph.jsonl import read_jsonl
-from aggregate_graph.pools import is_reserved, load_faithful_cot
-from aggregate_graph.trained_folder import load_trained_aggregator
 from tests.conftest import chat
 from training.build import BuildConfig, build
 from training.data import load_sample_sets
 from training.evaluate import EvaluateConfig, evaluate
+from training.pools import is_reserved, load_faithful_cot
 
 COMPACT = SSAStyle(
     max_candidate_tokens=10, tail_only=True, chars_per_token=3, show_answers=True, show_sources=True, show_tally=True

@@ -1,4 +1,4 @@
-"""`python -m aggregate_graph.demo`: the bundled excerpt is real pool data, unreserved and unseen by the shipped
+"""`python -m aggregate_graph.cli.demo`: the bundled excerpt is real pool data, unreserved and unseen by the shipped
 SSA's training, and `run_demo` reports every problem, majority vote's pick, gold and a summary that adds up.
 The trained aggregators are not run here."""
 
@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregate_graph import SampleSet, demo
+from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote, source_of
-from aggregate_graph.answers import equivalent
-from aggregate_graph.pools import FAITHFUL_COT_CONFIGS, is_reserved, load_faithful_cot, reserved_questions
+from aggregate_graph.cli import demo
+from aggregate_graph.reading.answers import equivalent
 from training.build import split_problems
 from training.data import problem_key
+from training.pools import FAITHFUL_COT_CONFIGS, is_reserved, load_faithful_cot, reserved_questions
 
 BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_choice_build.yaml"
 K = 5

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregate_graph import registry
+from aggregate_graph.aggregators import registry
 
 ROOT = Path(__file__).parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from aggregate_graph import SampleSet, checkpoint_serde
-from aggregate_graph.trained_folder import SHIPPED_SSA
+from aggregate_graph.aggregators.trained import SHIPPED_SSA
 from examples import math_tutor, openai_script, proxy_client, react_agent, trained_aggregator
 from tests.conftest import chat
 

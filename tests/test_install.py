@@ -16,13 +16,13 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from aggregate_graph.pools import ENV_VAR, data_dir
+from training.pools import ENV_VAR, data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
 LOAD = """
 import aggregate_graph
-from aggregate_graph.pools import load_faithful_cot
+from training.pools import load_faithful_cot
 from pathlib import Path
 package = Path(aggregate_graph.__file__).parent
 print(package)
@@ -32,7 +32,7 @@ print(len(sets), sets[0].gold)
 """
 
 DATA_DIR = """
-from aggregate_graph.pools import data_dir
+from training.pools import data_dir
 try:
     print(data_dir())
 except FileNotFoundError as exc:

@@ -212,7 +212,7 @@ def test_a_row_that_ends_is_answered_before_the_batch_ends(unseeded: LocalChatMo
 
 
 def test_seeded_greedy_and_logprob_calls_are_not_batched(model: LocalChatModel, unseeded: LocalChatModel) -> None:
-    from aggregate_graph.draw_settings import CandidatePolicy, Sampler
+    from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 
     assert unseeded.batches_calls() and not model.batches_calls()
     for options in ({"seed": 1}, {"temperature": 0}, {"logprobs": True}, {"frequency_penalty": 1}):

@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage
 from openai import OpenAI
 
 from aggregate_graph import CandidatePolicy, QuorumError, build_aggregate_graph, sample_sets_from, wrap_openai
-from aggregate_graph.draw_settings import Sampler
-from aggregate_graph.n_support import n_mode
+from aggregate_graph.drawing.n_support import n_mode
+from aggregate_graph.drawing.settings import Sampler
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}

@@ -17,11 +17,11 @@ from langchain_core.runnables import RunnableConfig
 from openai import OpenAI
 
 from aggregate_graph import Aggregation, Aggregator, Candidate, SampleSet, build_aggregate_graph, sample_sets_from
-from aggregate_graph import registry as registry_module
 from aggregate_graph.aggregators import BestOfN, Medoid, RecursiveAggregator, StructuredVote
+from aggregate_graph.aggregators import registry as registry_module
+from aggregate_graph.aggregators.registry import aggregator_names, load_aggregator, register, registration
 from aggregate_graph.errors import AggregatorOptionError
 from aggregate_graph.openai_compat import RequestError, wrap_openai
-from aggregate_graph.registry import aggregator_names, load_aggregator, register, registration
 from tests.conftest import chat
 from tests.test_proxy import CLIENT_KEY, proxy_for
 from tests.test_wrap_openai import QUESTION, client, math_replies  # the upstream answers 42, 42, 41
@@ -124,8 +124,8 @@ def test_options_a_name_does_not_take_or_needs_are_named(tmp_path: Path) -> None
         load_aggregator("gsr", model=object(), base_url="http://127.0.0.1:9/v1")
     assert load_aggregator("majority", weights=None).name == "majority"  # None is "not given"
     with pytest.raises(AggregatorOptionError) as raised:
-        load_aggregator("weighted")
-    assert (raised.value.aggregator, raised.value.option, raised.value.missing) == ("weighted", "weights", True)
+        load_aggregator("best_of_n")
+    assert (raised.value.aggregator, raised.value.option, raised.value.missing) == ("best_of_n", "scorer", True)
 
 
 def test_a_method_the_proxy_cannot_give_options_to_is_not_offered(serve, scratch_registry) -> None:
@@ -133,7 +133,7 @@ def test_a_method_the_proxy_cannot_give_options_to_is_not_offered(serve, scratch
     with proxy_for(upstream, n=3) as url:
         ids = [m.id for m in OpenAI(base_url=url, api_key=CLIENT_KEY).models.list()]
     assert "medoid/test-model" in ids and "recursive/test-model" in ids
-    assert "weighted/test-model" not in ids and "best_of_n/test-model" not in ids  # needs weights / a scorer
+    assert "weighted/test-model" in ids and "best_of_n/test-model" not in ids  # the shipped weights / no scorer
     wrapped = wrap_openai(client(upstream), n=3)
     with pytest.raises(RequestError, match="method 'best_of_n': aggregator 'best_of_n' needs scorer="):
         wrapped.chat.completions.create(
@@ -201,7 +201,7 @@ def test_a_trained_folder_reads_its_weights_only_where_its_format_does(tmp_path:
     import json
 
     from aggregate_graph.aggregators import GSRAggregator, WeightedVote
-    from aggregate_graph.trained_folder import load_trained_aggregator
+    from aggregate_graph.aggregators.trained import load_trained_aggregator
 
     WeightedVote({"m": 2.0}).save(tmp_path / "weights.json")
     record = {"format": "gsr", "k": 5, "style": {"max_candidate_tokens": 256}, "weights": "weights.json"}

@@ -15,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import AggregateGraphError, QuorumError, wrap_openai
-from aggregate_graph.draw_settings import CandidatePolicy
+from aggregate_graph.drawing.settings import CandidatePolicy
 from aggregate_graph.errors import error_kind, is_transient
 from aggregate_graph.openai_compat.quorum_errors import QuorumAPIError, upstream_error
 from aggregate_graph.sample_set import Candidate, SampleSet

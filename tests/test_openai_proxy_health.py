@@ -14,8 +14,9 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from openai import OpenAI
 
-from aggregate_graph.serve import proxy
-from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app, serve_proxy, upstream_problem
+from aggregate_graph.openai_compat import proxy
+from aggregate_graph.openai_compat.proxy import create_proxy_app, serve_proxy, upstream_problem
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.testing import running
 from benchmarks.proxy_load import run_load
 from tests.test_proxy import CLIENT_KEY, UPSTREAM_KEY, proxy_for

@@ -1,6 +1,6 @@
-"""One options type for the graph surfaces: `build_aggregate_graph`, `AggregateNode`, `AggregatingChatModel` and
-`AggregationMiddleware` take the same `AggregationOptions` object, or its fields as keywords, and refuse the same
-bad option with the same message."""
+"""One options type for every surface: `build_aggregate_graph`, `AggregateNode`, `AggregatingChatModel`,
+`AggregationMiddleware` and `wrap_openai` take the same `AggregationOptions` object, or its fields as keywords,
+and refuse the same bad option with the same message; the proxy's settings and the CLI's flags map onto it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
+from openai import OpenAI
+from pydantic import ValidationError
 
 from aggregate_graph import (
     AdaptiveSampling,
@@ -18,6 +20,10 @@ from aggregate_graph import (
     build_aggregate_graph,
 )
 from aggregate_graph.aggregators import MajorityVote, Medoid
+from aggregate_graph.cli.main import _options as cli_options
+from aggregate_graph.cli.main import parser
+from aggregate_graph.openai_compat import sample_sets_from, wrap_openai
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.options import AggregationOptions
 from tests.conftest import chat
 
@@ -30,6 +36,7 @@ def surfaces(server: Any) -> dict[str, Callable[..., Any]]:
         "node": lambda **kw: AggregateNode(chat(server), **kw),
         "chat model": lambda **kw: AggregatingChatModel(chat(server), **kw),
         "middleware": lambda **kw: AggregationMiddleware(**kw),
+        "wrap_openai": lambda **kw: wrap_openai(OpenAI(base_url=server.base_url, api_key="test", max_retries=0), **kw),
     }
 
 
@@ -44,9 +51,6 @@ BAD = [
     ({"max_concurrency": 0}, ValueError, "max_concurrency: Input should be greater than or equal to 1"),
     ({"n_candidates": 5}, TypeError, "unknown aggregation option 'n_candidates'; the options are n, aggregator, "),
 ]
-# AggregatingChatModel takes unknown keywords as every LangChain chat model must take the standard ones (temperature,
-# max_tokens … , which LangChain's suites pass to every constructor): it does not refuse a misspelt option yet.
-NOT_REFUSED_BY_THE_CHAT_MODEL = {"n_candidates"}
 
 
 @pytest.mark.parametrize(
@@ -56,8 +60,6 @@ def test_every_surface_refuses_a_bad_option_with_the_same_message(serve, bad, er
     server = serve(["#### 42"])
     seen = {}
     for name, make in surfaces(server).items():
-        if name == "chat model" and set(bad) <= NOT_REFUSED_BY_THE_CHAT_MODEL:
-            continue
         with pytest.raises(error) as caught:
             make(**bad)
         seen[name] = str(caught.value)
@@ -78,9 +80,34 @@ def test_every_surface_takes_the_same_options_object(serve):
         AggregateNode(chat(server), options=options).invoke(ASK)["messages"][-1].response_metadata["sample_set"],
         model.invoke("What is 6 times 7?").response_metadata["sample_set"],
     ]
-    assert [s["aggregation"]["answer"] for s in sets] == ["42", "42", "42"]
-    assert [len(s["candidates"]) for s in sets] == [4, 4, 4]
+    wrapped = wrap_openai(OpenAI(base_url=server.base_url, api_key="test", max_retries=0), options=options)
+    reply = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is 6 times 7?"}])
+    sets.append(sample_sets_from(reply)[0].model_dump(mode="json"))
+    assert [s["aggregation"]["answer"] for s in sets] == ["42", "42", "42", "42"]
+    assert [len(s["candidates"]) for s in sets] == [4, 4, 4, 4]
     assert {s["metadata"]["answer_type"] for s in sets} == {"math"}
+
+
+def test_the_proxy_settings_and_the_cli_flags_map_onto_the_options(serve):
+    config = ProxyConfig(upstream="http://127.0.0.1:1/v1", n=4, min_candidates=2, answer_type="boolean")
+    mapped = config.aggregation_options()
+    assert (mapped.n, mapped.min_candidates, mapped.answer_type) == (4, 2, "boolean")
+    with pytest.raises(ValidationError, match="min_candidates must be between 1 and n=3, got 4"):
+        ProxyConfig(upstream="http://127.0.0.1:1/v1", n=3, min_candidates=4)
+    args = parser().parse_args(["ask", "q", "--n", "3", "--answer-type", "choice", "--temperatures", "0.2", "1.0"])
+    flags = cli_options(args)
+    assert (flags.n, flags.answer_type, flags.temperatures) == (3, "choice", (0.2, 1.0))
+
+
+def test_the_chat_model_binds_the_standard_params_to_its_candidates(serve):
+    server = serve(["#### 42"])
+    model = AggregatingChatModel(chat(server), n=2, temperature=0.3, max_tokens=50, stop=[], timeout=9, max_retries=1)
+    assert model.call_options == {"temperature": 0.3, "max_tokens": 50}
+    assert (model.options.policy.timeout_s, model.options.policy.max_attempts) == (9, 2)
+    model.invoke("What is 6 times 7?")
+    assert {(r["temperature"], r["max_tokens"]) for r in server.requests} == {(0.3, 50)}
+    with pytest.raises(TypeError, match="unknown aggregation option 'temprature'"):
+        AggregatingChatModel(chat(server), temprature=0.3)
 
 
 def test_keywords_beside_options_replace_its_fields_and_the_defaults_are_the_documented_ones():

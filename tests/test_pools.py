@@ -9,8 +9,8 @@ import pytest
 
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import BestOfN, MajorityVote, score_from_params
-from aggregate_graph.answers import equivalent
-from aggregate_graph.pools import (
+from aggregate_graph.reading.answers import equivalent
+from training.pools import (
     FAITHFUL_COT_CONFIGS,
     FAITHFUL_COT_LMS,
     FAITHFUL_COT_PROMPTS,
@@ -191,7 +191,7 @@ def test_load_benchmark(tmp_path):
 
 
 def test_missing_data_names_the_path_and_the_variable(monkeypatch, tmp_path):
-    from aggregate_graph.pools import data_dir
+    from training.pools import data_dir
 
     monkeypatch.setenv("AGGREGATE_GRAPH_DATA", str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match=r"nowhere.*AGGREGATE_GRAPH_DATA"):

@@ -24,7 +24,8 @@ from openai import AsyncOpenAI, OpenAI
 from pydantic import SecretStr
 
 from aggregate_graph import sample_sets_from
-from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app, serve_proxy
+from aggregate_graph.openai_compat.proxy import create_proxy_app, serve_proxy
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.testing import OpenAITestServer
 from aggregate_graph.testing.threaded import running
 from tests.test_openai_tools import CALL_6_7, CALL_6_8, MULTIPLY_TOOL, streamed_answer
@@ -355,9 +356,10 @@ def _free_port() -> int:
 
 
 def test_failures_map_to_scrubbed_openai_errors() -> None:
+    from aggregate_graph.openai_compat.proxy import proxy_error
+    from aggregate_graph.openai_compat.proxy_config import Scrubber
     from aggregate_graph.openai_compat.request import RequestError
     from aggregate_graph.serve.http import OpenAIError
-    from aggregate_graph.serve.proxy import Scrubber, proxy_error
 
     scrub = Scrubber(SecretStr(UPSTREAM_KEY))
     own = OpenAIError(429, "busy")
@@ -371,8 +373,8 @@ def test_failures_map_to_scrubbed_openai_errors() -> None:
 
 
 def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
+    from aggregate_graph.openai_compat.proxy import RequestSlots
     from aggregate_graph.serve.http import OpenAIError
-    from aggregate_graph.serve.proxy import RequestSlots
 
     slots = RequestSlots(1)
     release = slots.take()
@@ -387,8 +389,8 @@ def test_request_slots_refuse_past_the_limit_and_release_once() -> None:
 
 
 def test_request_arguments_and_the_prompt_limit() -> None:
+    from aggregate_graph.openai_compat.proxy_wire import check_prompt_size, create_arguments
     from aggregate_graph.serve.http import OpenAIError
-    from aggregate_graph.serve.proxy_wire import check_prompt_size, create_arguments
 
     body = {"model": "m", "messages": QUESTION, "top_k": 5, "aggregation": {"n": 3}}
     assert create_arguments(body) == {
@@ -403,8 +405,9 @@ def test_request_arguments_and_the_prompt_limit() -> None:
 
 
 async def test_a_stream_that_fails_midway_ends_with_the_error_then_done() -> None:
-    from aggregate_graph.serve.proxy import Scrubber, proxy_error
-    from aggregate_graph.serve.proxy_wire import sse_events
+    from aggregate_graph.openai_compat.proxy import proxy_error
+    from aggregate_graph.openai_compat.proxy_config import Scrubber
+    from aggregate_graph.openai_compat.proxy_wire import sse_events
 
     class Chunk:
         def model_dump(self, **_: Any) -> dict[str, Any]:

@@ -99,8 +99,9 @@ def test_a_responses_stream_that_fails_midway_ends_with_an_error_event_the_clien
     from fastapi import FastAPI
     from pydantic import SecretStr
 
-    from aggregate_graph.serve.proxy import Scrubber, proxy_error
-    from aggregate_graph.serve.proxy_wire import stream_response
+    from aggregate_graph.openai_compat.proxy import proxy_error
+    from aggregate_graph.openai_compat.proxy_config import Scrubber
+    from aggregate_graph.openai_compat.proxy_wire import stream_response
     from aggregate_graph.testing.threaded import running
 
     class Event:

@@ -57,29 +57,29 @@ MOVED = {
         )
     },
     **{
-        ("aggregate_graph", name): "aggregate_graph.answers"
+        ("aggregate_graph", name): "aggregate_graph.reading.answers"
         for name in ("ABSTENTIONS", "equivalent", "group_equivalent", "normalize_answer", "stated_answer")
     },
     **{
         ("aggregate_graph", name): "aggregate_graph.log"
         for name in ("export_sample_sets", "log_sample_set", "read_sample_sets")
     },
-    **{("aggregate_graph", name): "aggregate_graph.models" for name in ("build_pool", "load_chat_model")},
+    **{("aggregate_graph", name): "aggregate_graph.drawing.models" for name in ("build_pool", "load_chat_model")},
     **{
-        ("aggregate_graph", name): "aggregate_graph.pools"
+        ("aggregate_graph", name): "training.pools"
         for name in ("load_benchmark", "load_faithful_cot", "load_gpt3_solutions", "load_qwen_math", "pool_metrics")
     },
     ("aggregate_graph", "MSGPACK_TYPES"): "aggregate_graph.graph",
     ("aggregate_graph", "Usage"): "aggregate_graph.sample_set",
-    ("aggregate_graph", "load_trained_aggregator"): "aggregate_graph.trained_folder",
+    ("aggregate_graph", "load_trained_aggregator"): "aggregate_graph.aggregators.trained",
     ("aggregate_graph.graph", "QuorumError"): "aggregate_graph.errors",
-    ("aggregate_graph.graph", "AdaptiveSampling"): "aggregate_graph.draw_settings",
+    ("aggregate_graph.graph", "AdaptiveSampling"): "aggregate_graph.drawing.settings",
     ("aggregate_graph.aggregators", "AggregationError"): "aggregate_graph.errors",
     ("aggregate_graph.aggregators.base", "AggregationError"): "aggregate_graph.errors",
     # modules renamed so that no two say the same (sampling / samplers, two chat_model, two errors)
     ("aggregate_graph.chat_model", "AggregatingChatModel"): "aggregate_graph.aggregating_chat_model",
     **{
-        ("aggregate_graph.samplers", name): "aggregate_graph.draw_settings"
+        ("aggregate_graph.samplers", name): "aggregate_graph.drawing.settings"
         for name in ("AdaptiveSampling", "CandidatePolicy", "Sampler", "describe_model", "unbind")
     },
     **{
@@ -88,21 +88,32 @@ MOVED = {
     },
     # the open registry's moves: trained folders got their own module
     **{
-        ("aggregate_graph.registry", name): "aggregate_graph.trained_folder"
+        ("aggregate_graph.registry", name): "aggregate_graph.aggregators.trained"
         for name in ("SHIPPED_SSA", "load_trained_aggregator", "read_trained_record", "AGGREGATOR_FILE")
     },
-    ("aggregate_graph.registry", "local_model"): "aggregate_graph.models",
+    ("aggregate_graph.registry", "local_model"): "aggregate_graph.drawing.models",
     ("aggregate_graph.log", "read_jsonl"): "aggregate_graph.jsonl",
-    # the proxy's modules, now in the serving layer
-    **{
-        ("aggregate_graph.openai_compat.proxy", name): "aggregate_graph.serve.proxy"
-        for name in ("ProxyConfig", "Proxy")
-    },
-    ("aggregate_graph.openai_compat.proxy_wire", "stream_response"): "aggregate_graph.serve.proxy_wire",
     # the fixed name lists the open registry replaced
-    ("aggregate_graph.registry", "AGGREGATOR_NAMES"): "aggregate_graph.registry.aggregator_names()",
-    ("aggregate_graph.registry", "MODEL_AGGREGATORS"): "aggregate_graph.registry.registration()",
-    ("aggregate_graph.openai_compat", "METHODS"): "aggregate_graph.registry.aggregator_names()",
+    ("aggregate_graph.registry", "AGGREGATOR_NAMES"): "aggregate_graph.aggregators.registry.aggregator_names()",
+    ("aggregate_graph.registry", "MODEL_AGGREGATORS"): "aggregate_graph.aggregators.registry.registration()",
+    ("aggregate_graph.openai_compat", "METHODS"): "aggregate_graph.aggregators.registry.aggregator_names()",
+}
+# modules moved into the subpackages that show the architecture (drawing, reading, aggregators, cli, training)
+MOVED_MODULES = {
+    "aggregate_graph.answers": "aggregate_graph.reading.answers",
+    "aggregate_graph.answer_types": "aggregate_graph.reading.answer_types",
+    "aggregate_graph.aggregators.kinds": "aggregate_graph.reading.kinds",
+    "aggregate_graph.aggregators.arithmetic": "aggregate_graph.reading.arithmetic",
+    "aggregate_graph.draw_settings": "aggregate_graph.drawing.settings",
+    "aggregate_graph.sampling": "aggregate_graph.drawing.sampling",
+    "aggregate_graph.models": "aggregate_graph.drawing.models",
+    "aggregate_graph.registry": "aggregate_graph.aggregators.registry",
+    "aggregate_graph.trained_folder": "aggregate_graph.aggregators.trained",
+    "aggregate_graph.cli_common": "aggregate_graph.cli.common",
+    "aggregate_graph.cli_serve": "aggregate_graph.cli.serve",
+    "aggregate_graph.demo": "aggregate_graph.cli.demo",
+    "aggregate_graph.pools": "training.pools",
+    "aggregate_graph.serve.proxy": "aggregate_graph.openai_compat.proxy",
 }
 # Where this repository's Python lives, its pages' Python blocks aside
 SOURCES = ["aggregate_graph", "tests", "examples", "benchmarks", "training"]
@@ -130,6 +141,12 @@ USED_THERE = {
 GONE = sorted(set(MOVED) - USED_THERE)
 
 
+@pytest.mark.parametrize("module", sorted(MOVED_MODULES))
+def test_a_moved_module_is_gone_from_its_old_place(module: str):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(module)
+
+
 @pytest.mark.parametrize(("module", "name"), GONE, ids=[f"{m}.{n}" for m, n in GONE])
 def test_a_moved_name_is_gone_from_its_old_place(module: str, name: str):
     with pytest.raises(ImportError):
@@ -153,15 +170,15 @@ def test_a_name_that_never_lived_there_is_an_attribute_error():
     with pytest.raises(ImportError):
         exec("from aggregate_graph.graph import nonexistent", {})
     namespace: dict[str, object] = {}
-    exec("from aggregate_graph import demo", namespace)  # a submodule still falls through to the import system
-    assert namespace["demo"] is importlib.import_module("aggregate_graph.demo")
+    exec("from aggregate_graph import cli", namespace)  # a submodule still falls through to the import system
+    assert namespace["cli"] is importlib.import_module("aggregate_graph.cli")
 
 
 def test_importing_the_package_loads_no_research_data_loader():
     """The research-data loaders (pools) are not imported with the package."""
-    code = "import sys, aggregate_graph; print(sorted(m for m in sys.modules if m.startswith('aggregate_graph')))"
+    code = "import sys, aggregate_graph; print(sorted(m for m in sys.modules if m.startswith('training')))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert "'aggregate_graph.pools'" not in loaded.stdout
+    assert loaded.stdout.strip() == "[]"
 
 
 def _imports(source: str, where: str) -> list[tuple[str, str, str]]:
@@ -186,4 +203,8 @@ def test_nothing_in_the_repository_imports_a_moved_name_the_old_way():
         for block in read_blocks(page):
             if block.lang == "python":
                 found += _imports(block.code, block.where)
-    assert [f"{where}: from {module} import {name}" for where, module, name in found if (module, name) in MOVED] == []
+    assert [
+        f"{where}: from {module} import {name}"
+        for where, module, name in found
+        if (module, name) in MOVED or module in MOVED_MODULES
+    ] == []

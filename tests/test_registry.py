@@ -21,9 +21,10 @@ from aggregate_graph import (
     sample_sets_from,
 )
 from aggregate_graph.aggregators import GSRAggregator, MajorityVote, SSAAggregator, USCAggregator, WeightedVote
-from aggregate_graph.openai_compat import RequestError, wrap_openai
-from aggregate_graph.registry import aggregator_names, load_aggregator, resolve_aggregator
-from aggregate_graph.serve.proxy import ProxyConfig
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
+from aggregate_graph.aggregators.registry import aggregator_names, load_aggregator, resolve_aggregator
+from aggregate_graph.openai_compat import wrap_openai
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from tests.conftest import chat
 from tests.test_cli import run
 from tests.test_proxy import CLIENT_KEY, proxy_for
@@ -59,7 +60,7 @@ def logged(gold: str, votes: list[tuple[Source, str]]) -> SampleSet:
 def save_weights(path: Path, reliable: Source, unreliable: Source) -> Path:
     """Weights fit on hand-made history in which `reliable` is always right and `unreliable` always wrong."""
     history = [logged(str(p), [(reliable, str(p)), (unreliable, str(p + 100))]) for p in range(4)]
-    return WeightedVote.fit(history).save(path)
+    return fit_weighted_vote(history).save(path)
 
 
 KNOWN = "best_of_n, gsr, majority, medoid, recursive, ssa, structured_vote, usc, weighted"
@@ -98,8 +99,9 @@ def test_model_aggregators_resolve_over_a_given_model_or_a_served_one(serve, nam
 def test_unknown_names_and_missing_inputs_are_clear_errors() -> None:
     with pytest.raises(ValueError, match=rf"unknown aggregator 'median'; known: {KNOWN}$"):
         load_aggregator("median")
-    with pytest.raises(ValueError, match="aggregator 'weighted' needs weights="):
-        load_aggregator("weighted")
+    with pytest.raises(ValueError, match="aggregator 'best_of_n' needs scorer="):
+        load_aggregator("best_of_n")
+    assert load_aggregator("weighted").kind_weights  # without weights=, the shipped ones
     with pytest.raises(ValueError, match="aggregator 'gsr' needs a model"):
         load_aggregator("gsr")
 
@@ -117,11 +119,13 @@ def test_ask_with_weighted_vote_overrules_the_majority(serve, tmp_path: Path) ->
     assert done.stdout.rstrip().endswith("Final answer: 41")
 
     drawn = server.calls
-    missing = run(*ask, "--aggregator", "weighted")
-    assert missing.returncode == 2 and "--aggregator weighted needs --aggregator-weights" in missing.stderr
     no_server = run(*ask, "--aggregator", "usc")
     assert no_server.returncode == 2 and "--aggregator usc needs --aggregator-base-url" in no_server.stderr
+    no_scorer = run(*ask, "--aggregator", "best_of_n")  # no flag gives its scorer: not offered
+    assert no_scorer.returncode == 2 and "invalid choice: 'best_of_n'" in no_scorer.stderr
     assert server.calls == drawn  # refused before any candidate was drawn
+    shipped = run(*ask, "--aggregator", "weighted")  # without --aggregator-weights, the shipped weights
+    assert shipped.returncode == 0 and "Votes (weighted): " in shipped.stdout, shipped.stderr
 
 
 def test_ask_with_a_served_aggregator(serve) -> None:
@@ -154,18 +158,18 @@ def test_wrap_openai_votes_with_the_weights_file(serve, tmp_path: Path) -> None:
     assert sample_sets_from(copied)[0].aggregation.method == "weighted"
 
 
-def test_wrap_openai_refuses_weighted_without_weights(serve) -> None:
+def test_wrap_openai_refuses_what_it_cannot_build(serve) -> None:
     upstream = serve(math_replies)
-    with pytest.raises(ValueError, match="aggregator='weighted' needs weights=, which come from aggregator_weights="):
-        wrap_openai(client(upstream), aggregator="weighted")
+    with pytest.raises(ValueError, match="aggregator='best_of_n' needs scorer=, which neither wrap_openai nor"):
+        wrap_openai(client(upstream), aggregator="best_of_n")
     with pytest.raises(FileNotFoundError, match="no WeightedVote weights file"):
         wrap_openai(client(upstream), aggregator="weighted", aggregator_weights="/nonexistent/weights.json")
-    wrapped = wrap_openai(client(upstream))
-    with pytest.raises(RequestError, match=r"method 'weighted': aggregator 'weighted' needs weights=.* aggregator_wei"):
-        wrapped.chat.completions.create(
-            model="m", messages=QUESTION, extra_body={"aggregation": {"method": "weighted"}}
-        )
     assert upstream.calls == 0
+    wrapped = wrap_openai(client(upstream), n=3)  # a request's `weighted` votes with the shipped weights
+    response = wrapped.chat.completions.create(
+        model="m", messages=QUESTION, extra_body={"aggregation": {"method": "weighted"}}
+    )
+    assert sample_sets_from(response)[0].aggregation.method == "weighted"
 
 
 def test_proxy_answers_with_weighted_vote(serve, tmp_path: Path) -> None:
@@ -176,14 +180,15 @@ def test_proxy_answers_with_weighted_vote(serve, tmp_path: Path) -> None:
         response = proxied.chat.completions.create(model="gpt-test", messages=QUESTION)
         ids = [m.id for m in proxied.models.list()]
     assert sample_sets_from(response)[0].aggregation.method == "weighted"
-    assert "weighted/test-model" in ids  # advertised only where the proxy has weights
+    assert "weighted/test-model" in ids
 
 
 def test_proxy_config_checks_the_aggregator(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="unknown aggregator 'median'"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="median")
-    with pytest.raises(ValidationError, match="aggregator 'weighted' needs aggregator_weights"):
-        ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="weighted")
+    with pytest.raises(ValidationError, match="aggregator 'best_of_n' needs scorer=, which the proxy cannot give"):
+        ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="best_of_n")
+    assert ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="weighted").aggregator == "weighted"
     with pytest.raises(ValidationError, match="no such file"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", aggregator="weighted", aggregator_weights=tmp_path / "none.json")
 
@@ -214,8 +219,8 @@ def test_every_entry_point_that_takes_an_aggregator_takes_its_name(serve, tmp_pa
     ):
         with pytest.raises(ValueError, match=known):
             make()
-    with pytest.raises(ValueError, match=r"aggregator 'weighted' needs weights=: a WeightedVote, or the file"):
-        build_aggregate_graph(chat(server), aggregator="weighted")  # a name that needs more than its name
+    with pytest.raises(ValueError, match=r"aggregator 'best_of_n' needs scorer="):
+        build_aggregate_graph(chat(server), aggregator="best_of_n")  # a name that needs more than its name
     with pytest.raises(TypeError, match=r"aggregator must be an Aggregator .* or one of the names best_of_n, gsr, ma"):
         build_aggregate_graph(chat(server), aggregator=42)
     assert server.calls == 2  # the graph's and the node's: nothing was drawn for a refused option

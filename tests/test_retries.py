@@ -13,8 +13,8 @@ from openai import OpenAI
 from tenacity import RetryCallState
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
+from aggregate_graph.drawing.retries import _wait, retry_after
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
-from aggregate_graph.retries import _wait, retry_after
 from tests.conftest import chat
 
 ASK = {"messages": [HumanMessage("What is 6 times 7?")]}

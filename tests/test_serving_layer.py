@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from aggregate_graph.cli import main, parser
+from aggregate_graph.cli.main import main, parser
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
 from aggregate_graph.serve.engines import ENGINES
 

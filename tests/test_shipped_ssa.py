@@ -17,14 +17,14 @@ import yaml
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, SSAChoiceAggregator, SSAStyle, WeightedVote
-from aggregate_graph.aggregators.kinds import VOTE_CLASSES
+from aggregate_graph.aggregators.registry import load_aggregator
+from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggregator
 from aggregate_graph.aggregators.weighted import MIN_WEIGHT
-from aggregate_graph.answers import equivalent
-from aggregate_graph.demo import load_demo_sets
-from aggregate_graph.demo import main as demo_main
+from aggregate_graph.cli.demo import load_demo_sets
+from aggregate_graph.cli.demo import main as demo_main
 from aggregate_graph.local.chat_model import cpu_has_bf16
-from aggregate_graph.registry import load_aggregator
-from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
+from aggregate_graph.reading.answers import equivalent
+from aggregate_graph.reading.kinds import VOTE_CLASSES
 
 BUILD_CONFIG = Path(__file__).parents[1] / "training" / "configs" / "ssa_choice_build.yaml"
 

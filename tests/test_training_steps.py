@@ -14,9 +14,9 @@ from langgraph.store.memory import InMemoryStore
 from aggregate_graph import build_aggregate_graph
 from aggregate_graph.aggregators.gsr import parse_gsr_output
 from aggregate_graph.aggregators.ssa import parse_ssa_output
-from aggregate_graph.answers import equivalent
 from aggregate_graph.jsonl import read_jsonl
 from aggregate_graph.log import export_sample_sets, read_sample_sets
+from aggregate_graph.reading.answers import equivalent
 from tests.conftest import chat
 from tests.training_fixtures import toy_sample_sets
 from training.build import BuildConfig, build

@@ -30,8 +30,9 @@ from langchain_openai import ChatOpenAI
 from openai import OpenAI
 
 from aggregate_graph import build_aggregate_graph, load_aggregator, sample_sets_from
-from aggregate_graph.n_support import endpoint, n_mode
-from aggregate_graph.serve.proxy import ProxyConfig, create_proxy_app
+from aggregate_graph.drawing.n_support import endpoint, n_mode
+from aggregate_graph.openai_compat.proxy import create_proxy_app
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig
 from aggregate_graph.serve.vllm import check_port_free
 from aggregate_graph.testing import running
 from benchmarks.ssa_inference import validation_draws

@@ -12,13 +12,14 @@ import pytest
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, WeightedVote, source_of
-from aggregate_graph.aggregators.kinds import VOTE_CLASSES, content_kind, vote_class
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
 from aggregate_graph.aggregators.weighted import MIN_WEIGHT
-from aggregate_graph.answers import equivalent
-from aggregate_graph.pools import is_reserved, load_faithful_cot, reserved_questions
+from aggregate_graph.reading.answers import equivalent
+from aggregate_graph.reading.kinds import VOTE_CLASSES, content_kind, vote_class
 from training.cli import main as train_cli
 from training.data import one_model
 from training.evaluate import subset
+from training.pools import is_reserved, load_faithful_cot, reserved_questions
 from training.report import ReportConfig, report
 
 
@@ -44,7 +45,7 @@ OUTVOTED = answered("7", {"good": "7", "noisy_b": "8", "noisy_c": "8"})
 
 @pytest.mark.parametrize("gold", [True, False], ids=["supervised", "unsupervised"])
 def test_learned_weights_overrule_an_unreliable_majority(gold: bool) -> None:
-    vote = WeightedVote.fit(history(gold=gold))
+    vote = fit_weighted_vote(history(gold=gold))
     assert vote.method == ("supervised" if gold else "unsupervised")
     assert vote.source_weights["good"] > vote.default_weight > vote.source_weights["noisy_b"]
     assert MajorityVote().invoke(OUTVOTED).answer == "8"
@@ -56,7 +57,7 @@ def test_learned_weights_overrule_an_unreliable_majority(gold: bool) -> None:
 def test_a_source_worse_than_chance_still_votes_for_its_most_common_answer(gold: bool) -> None:
     """`noisy_b` is always wrong: its log-odds are negative, and unfloored, a set of its samples alone would vote
     for the answer it gave least often."""
-    vote = WeightedVote.fit(history(gold=gold))
+    vote = fit_weighted_vote(history(gold=gold))
     assert vote.source_weights["noisy_b"] == MIN_WEIGHT
     alone = SampleSet(question="q", candidates=[
         Candidate(index=i, text=f"#### {a}", answer=a, model="noisy_b") for i, a in enumerate("334")])  # fmt: skip
@@ -65,16 +66,16 @@ def test_a_source_worse_than_chance_still_votes_for_its_most_common_answer(gold:
 
 def test_supervision_is_chosen_by_gold_and_can_be_forced() -> None:
     with pytest.raises(ValueError, match="needs sample sets with `gold`"):
-        WeightedVote.fit(history(gold=False), supervised=True)
-    assert WeightedVote.fit(history(gold=True), supervised=False).method == "unsupervised"
+        fit_weighted_vote(history(gold=False), supervised=True)
+    assert fit_weighted_vote(history(gold=True), supervised=False).method == "unsupervised"
     with pytest.raises(ValueError, match="nothing to fit"):
-        WeightedVote.fit([answered("1", {"a": None})])
+        fit_weighted_vote([answered("1", {"a": None})])
     with pytest.raises(ValueError, match="spread must be positive"):
-        WeightedVote.fit(history(), spread=0)
+        fit_weighted_vote(history(), spread=0)
 
 
 def test_save_load_round_trip_and_unseen_sources(tmp_path: Path) -> None:
-    vote = WeightedVote.fit(history())
+    vote = fit_weighted_vote(history())
     path = vote.save(tmp_path / "w" / "weights.json")
     loaded = WeightedVote.load(path)
     assert loaded.source_weights == pytest.approx(vote.source_weights)
@@ -103,7 +104,7 @@ def test_unseen_sources_are_weighed_by_what_their_work_looks_like(tmp_path: Path
         texts = [(f"The answer is {a}.", a) for a in bare] + [(worked(str(p)), str(p))]
         sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
             Candidate(index=i, text=t, answer=a, model="logged") for i, (t, a) in enumerate(texts)]))  # fmt: skip
-    vote = WeightedVote.load(WeightedVote.fit(sets).save(tmp_path / "w.json"))
+    vote = WeightedVote.load(fit_weighted_vote(sets).save(tmp_path / "w.json"))
     assert vote.kind_weights["checked_once"] > 1 > vote.kind_weights["bare"] > 0  # one equation, which holds
     mine = [("The answer is 5.", "5"), ("The answer is 5.", "5"), (worked("12"), "12")]
     one_model = SampleSet(question="q", candidates=[
@@ -111,7 +112,7 @@ def test_unseen_sources_are_weighed_by_what_their_work_looks_like(tmp_path: Path
     assert MajorityVote().invoke(one_model).answer == "5" and vote.invoke(one_model).answer == "12"
     all_bare = answered(None, {"m1": "5", "m2": "5", "m3": "6"})
     assert vote.invoke(all_bare).answer == "5"
-    without_kinds = WeightedVote.fit(sets, kinds=False)
+    without_kinds = fit_weighted_vote(sets, kinds=False)
     assert without_kinds.kind_weights == {} and without_kinds.invoke(one_model).answer == "5"
 
 
@@ -137,7 +138,7 @@ def test_work_is_weighed_by_how_much_of_its_arithmetic_holds_not_by_its_kind() -
     classes = [vote_class(c) for c in sets[1].candidates]
     assert classes == ["checked", "checked_once", "unchecked", "bare"] and "slipped" in VOTE_CLASSES
     assert [content_kind(c) for c in sets[1].candidates] == ["steps", "prose", "code", "bare"]
-    vote = WeightedVote.fit(sets)
+    vote = fit_weighted_vote(sets)
     w = vote.kind_weights
     assert w["checked"] > w["unchecked"] > w["checked_once"] > 1 > w["bare"] > 0
     assert 0.8 < vote.kind_reliability["checked"] < 36 / 40  # one model: its rate, drawn a little to the mean
@@ -167,7 +168,7 @@ def test_a_class_is_credited_with_what_it_adds_over_its_own_models_rate() -> Non
     pooled = {k: sum(equivalent(c.answer, s.gold) for s in sets for c in s.candidates if vote_class(c) == k)
               for k in ("checked", "unchecked")}  # fmt: skip
     assert pooled["checked"] < pooled["unchecked"]  # 150 of 300 right against 180 of 300
-    vote = WeightedVote.fit(sets)
+    vote = fit_weighted_vote(sets)
     assert vote.kind_weights["checked"] > vote.kind_weights["unchecked"]
 
 
@@ -183,7 +184,7 @@ def test_slipped_work_weighs_as_slipped_work_whatever_its_source(tmp_path: Path)
         sets.append(SampleSet(question=f"q{p}", gold=str(p), candidates=[
             Candidate(index=i, text=t, answer=t.split()[-1].rstrip("."), model=m)
             for i, (m, t) in enumerate(texts.items())]))  # fmt: skip
-    vote = WeightedVote.fit(sets)
+    vote = fit_weighted_vote(sets)
     assert vote.reliability["sloppy"] > 0.9 and vote.kind_weights["slipped"] == MIN_WEIGHT  # fit on its clean work
     outvoted = SampleSet(question="q", candidates=[
         Candidate(index=0, text=slipped_work("5"), answer="5", model="sloppy"),
@@ -208,7 +209,7 @@ def test_a_fit_on_slipped_work_alone(gold: bool) -> None:
     sets = [SampleSet(question=f"q{p}", gold=str(p) if gold else None, candidates=[
         Candidate(index=i, text=slipped_work(str(p + i % 2)), answer=str(p + i % 2), model=f"m{i}")
         for i in range(3)]) for p in range(10)]  # fmt: skip
-    vote = WeightedVote.fit(sets)
+    vote = fit_weighted_vote(sets)
     assert vote.source_weights == {} and vote.default_weight >= MIN_WEIGHT
     assert vote.invoke(sets[0]).answer == "0"  # two of three: majority among slipped work
 
@@ -230,7 +231,7 @@ def test_content_kinds_of_real_solutions() -> None:
 
 
 def test_version_1_weights_files_still_load(tmp_path: Path) -> None:
-    data = WeightedVote.fit(history()).to_dict() | {"version": 1}
+    data = fit_weighted_vote(history()).to_dict() | {"version": 1}
     del data["kinds"]
     (tmp_path / "v1.json").write_text(json.dumps(data), encoding="utf-8")
     loaded = WeightedVote.load(tmp_path / "v1.json")
@@ -279,8 +280,8 @@ def test_on_real_llm_samples_the_learned_vote_beats_majority() -> None:
     assert len(sets) == 1319 - 264
     fit_on, scored = sets[:700], _draws(sets[700:850], k=5, draws=2, seed=0)
     majority = _accuracy(MajorityVote(), scored)
-    supervised = _accuracy(WeightedVote.fit(fit_on), scored)
-    unsupervised = _accuracy(WeightedVote.fit([s.model_copy(update={"gold": None}) for s in fit_on]), scored)
+    supervised = _accuracy(fit_weighted_vote(fit_on), scored)
+    unsupervised = _accuracy(fit_weighted_vote([s.model_copy(update={"gold": None}) for s in fit_on]), scored)
     assert supervised >= majority + 4 and unsupervised >= majority + 4, (majority, supervised, unsupervised)
 
 
@@ -291,7 +292,7 @@ def test_on_one_models_real_samples_the_class_weights_beat_majority() -> None:
     fit on 700 unreserved problems beat majority on 150 others by 1.5 points on average over the four LMs of the
     acceptance, and none falls below it (measured: +3.8, +1.8, +2.4, +0.2)."""
     sets = [s for s in load_faithful_cot() if not is_reserved(s)]
-    vote = WeightedVote.fit(sets[:700])
+    vote = fit_weighted_vote(sets[:700])
     rng = random.Random(0)
     gains = []
     for lm in ("code002", "text002", "text003", "gpt-3.5-turbo"):

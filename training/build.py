@@ -18,11 +18,12 @@ from tqdm.auto import tqdm
 
 from aggregate_graph import Candidate, SampleSet
 from aggregate_graph.aggregators import MajorityVote, SSAStyle, WeightedVote
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
 from aggregate_graph.aggregators.llm import CHARS_PER_TOKEN
-from aggregate_graph.answers import equivalent, group_equivalent
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.jsonl import write_jsonl
-from aggregate_graph.trained_folder import AGGREGATOR_FILE, WEIGHTS_FILE
+from aggregate_graph.reading.answers import equivalent, group_equivalent
 from training.data import (
     PROBLEMS_HELP,
     Problems,
@@ -277,7 +278,7 @@ def plain_examples(sets: list[SampleSet], config: BuildConfig, refinements: int,
 
 def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
     if config.teacher_base_url is None:
-        from aggregate_graph.models import load_chat_model
+        from aggregate_graph.drawing.models import load_chat_model
 
         return load_chat_model(config.teacher_model)
     from langchain_openai import ChatOpenAI
@@ -371,6 +372,6 @@ def _weights(config: BuildConfig, train_sets: list[SampleSet], out: Path) -> Wei
     validation problems the model is chosen on), and saved beside the examples as weights.json."""
     if config.weights is None:
         return None
-    weights = WeightedVote.fit(train_sets) if config.weights == "fit" else WeightedVote.load(config.weights)
+    weights = fit_weighted_vote(train_sets) if config.weights == "fit" else WeightedVote.load(config.weights)
     weights.save(out / WEIGHTS_FILE)
     return weights

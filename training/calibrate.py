@@ -23,14 +23,14 @@ from tqdm.auto import tqdm
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.aggregators.choice import choice_distribution
-from aggregate_graph.answers import equivalent
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, load_trained_aggregator
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
-from aggregate_graph.pools import is_reserved, reserved_questions
-from aggregate_graph.trained_folder import AGGREGATOR_FILE, load_trained_aggregator
+from aggregate_graph.reading.answers import equivalent
 from training.data import one_model, write_json
 from training.evaluate import subset
 from training.export import base_model_of
+from training.pools import is_reserved, reserved_questions
 
 # 0.5 … 4.0 by 0.1, then to 10 by 0.5: a small model's letter probabilities can be far overconfident (the shipped
 # SSA's fit landed on 4.0, the old top)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aggregate_graph.cli_common import (
+from aggregate_graph.cli.common import (
     CLIError,
     debug_requested,
     package_version,

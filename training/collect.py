@@ -21,8 +21,8 @@ from aggregate_graph import CandidatePolicy, SampleSet, build_aggregate_graph
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.jsonl import read_jsonl
-from aggregate_graph.pools import load_benchmark
 from training.data import POOLS, load_sample_sets
+from training.pools import load_benchmark
 
 
 @dataclass
@@ -75,7 +75,7 @@ def policy_model(config: CollectConfig) -> Any:
             timeout=config.timeout,
             max_retries=0,  # the graph's CandidatePolicy retries
         )
-    from aggregate_graph.models import load_chat_model
+    from aggregate_graph.drawing.models import load_chat_model
 
     if config.model.split(":", 1)[0] in ("local", "smollm2"):
         return load_chat_model(config.model, max_new_tokens=config.max_tokens, seed=config.seed)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from aggregate_graph import SampleSet
 from aggregate_graph.log import read_sample_sets
-from aggregate_graph.pools import (
+from training.pools import (
     is_reserved,
     load_faithful_cot,
     load_gpt3_solutions,

@@ -17,13 +17,13 @@ from tqdm.auto import tqdm
 
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.answers import equivalent
+from aggregate_graph.aggregators.registry import load_aggregator, registration
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, load_trained_aggregator
+from aggregate_graph.drawing.models import local_model
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.models import local_model
-from aggregate_graph.pools import pool_metrics
-from aggregate_graph.registry import load_aggregator, registration
-from aggregate_graph.trained_folder import AGGREGATOR_FILE, load_trained_aggregator
+from aggregate_graph.reading.answers import equivalent
 from training.data import PROBLEMS_HELP, Problems, anonymised, load_sample_sets, write_json
+from training.pools import pool_metrics
 
 METRICS = ("single", "maj", "pass", "aggregator", "gap")
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
-from aggregate_graph.trained_folder import AGGREGATOR_FILE, WEIGHTS_FILE
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
 RENDER_FILES = (AGGREGATOR_FILE, WEIGHTS_FILE)  # how the model's prompts are rendered, as trained

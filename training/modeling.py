@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainingArguments
 from trl import ModelConfig, get_quantization_config
 
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, WEIGHTS_FILE
 from aggregate_graph.jsonl import read_jsonl
 from aggregate_graph.serve import resolve_model_dir
-from aggregate_graph.trained_folder import AGGREGATOR_FILE, WEIGHTS_FILE
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -82,7 +82,7 @@ def build_format(data_dir: str) -> str:
 
 def keep_render_settings(data_dir: str, output_dir: str) -> None:
     """Carry `build`'s aggregator.json (format and render settings) and weights.json beside the trained model, so
-    whoever loads the model renders prompts exactly as it was trained (`trained_folder.load_trained_aggregator`)."""
+    whoever loads the model renders prompts exactly as it was trained (`load_trained_aggregator`)."""
     for name in (AGGREGATOR_FILE, WEIGHTS_FILE):
         if (Path(data_dir) / name).is_file():
             Path(output_dir).mkdir(parents=True, exist_ok=True)

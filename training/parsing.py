@@ -14,7 +14,7 @@ from typing import Any
 
 from trl import TrlParser
 
-from aggregate_graph.cli_common import ShortErrorParser
+from aggregate_graph.cli.common import ShortErrorParser
 
 
 def _aliases(field: Field) -> list[str]:

@@ -17,7 +17,7 @@ from aggregate_graph.aggregators import WeightedVote
 from aggregate_graph.aggregators.choice import choice_target, parse_choice, render_choice_prompt
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
-from aggregate_graph.answers import equivalent
+from aggregate_graph.reading.answers import equivalent
 
 
 @dataclass(frozen=True)

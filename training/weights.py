@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aggregate_graph.aggregators import WeightedVote
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
 from training.data import PROBLEMS_HELP, Problems, load_sample_sets
 
 
@@ -39,7 +39,7 @@ def fit_weights(config: WeightsConfig) -> dict[str, Any]:
     """Fit, save to `output`, and return a summary: method, sources and the weights, strongest first."""
     sets = load_sample_sets(config.sample_sets, config.limit, config.problems)
     supervised = None if config.supervision == "auto" else config.supervision == "supervised"
-    vote = WeightedVote.fit(sets, supervised=supervised, spread=config.spread, kinds=config.kinds)
+    vote = fit_weighted_vote(sets, supervised=supervised, spread=config.spread, kinds=config.kinds)
     vote.save(config.output)
     ranked = sorted(vote.source_weights.items(), key=lambda item: -item[1])
     return {

@@ -1,6 +1,7 @@
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.best_of_n import BestOfN, score_from_params
 from aggregate_graph.aggregators.choice import SSAChoiceAggregator, render_choice_prompt
+from aggregate_graph.aggregators.fitting import fit_weighted_vote
 from aggregate_graph.aggregators.gsr import GSRAggregator, parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.llm import LLMAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
@@ -27,6 +28,7 @@ __all__ = [
     "USCAggregator",
     "WeightedVote",
     "canonical_json",
+    "fit_weighted_vote",
     "parse_gsr_output",
     "parse_ssa_output",
     "parse_usc_choice",

@@ -9,9 +9,9 @@ from typing import Any
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
-from aggregate_graph.answers import normalize_answer
+from aggregate_graph.aggregators.registry import register
 from aggregate_graph.errors import AggregationError, AggregatorOptionError
-from aggregate_graph.registry import register
+from aggregate_graph.reading.answers import normalize_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 Scorer = Callable[[SampleSet, Candidate], float] | Runnable[dict[str, Any], float]

@@ -22,7 +22,6 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
-from aggregate_graph.aggregators.kinds import shows_work
 from aggregate_graph.aggregators.llm import (
     Decision,
     LLMAggregator,
@@ -34,7 +33,8 @@ from aggregate_graph.aggregators.llm import (
 from aggregate_graph.aggregators.majority import MajorityVote, is_voter
 from aggregate_graph.aggregators.ssa import SSAStyle, _as_candidates
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior
-from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
+from aggregate_graph.reading.answers import equivalent, group_equivalent, normalize_answer
+from aggregate_graph.reading.kinds import shows_work
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 LETTERS = "ABCDEFGH"  # at most k = 8 candidates, so at most 8 distinct answers

@@ -10,8 +10,8 @@ from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates, shown_candidates
-from aggregate_graph.answers import boxed_answer
-from aggregate_graph.registry import register
+from aggregate_graph.aggregators.registry import register
+from aggregate_graph.reading.answers import boxed_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 GSR_INSTRUCTION = (

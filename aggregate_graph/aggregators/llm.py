@@ -18,9 +18,9 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.answers import equivalent, group_equivalent, normalize_answer
+from aggregate_graph.aggregators.registry import check_options
 from aggregate_graph.errors import AggregationError, AggregatorOptionError, describe, is_transient
-from aggregate_graph.registry import check_options
+from aggregate_graph.reading.answers import equivalent, group_equivalent, normalize_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 CHARS_PER_TOKEN = 4  # budgets are in tokens; remote tokenizers are unknown here, so text is cut by this ratio
@@ -81,6 +81,11 @@ class Decision:
     details: dict[str, Any]
 
 
+TRAINED_FORMATS: dict[str, type[LLMAggregator]] = {}
+"""The formats a trained folder's aggregator.json may record, and the class that reads each: every subclass that
+declares its `trained_format`."""
+
+
 class LLMAggregator(Aggregator):
     """An aggregator that asks a chat model. Subclasses render the prompt and read the output."""
 
@@ -88,6 +93,11 @@ class LLMAggregator(Aggregator):
     invoke_kwargs: ClassVar[Mapping[str, Any]] = MappingProxyType({})  # call options (e.g. one token's logprobs)
     trained_format: ClassVar[str | None] = None  # the `format` a trained folder's aggregator.json records for it
     max_tokens: ClassVar[int] = 1024  # the reply budget of a served model built by name (base_url=)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("trained_format"):
+            TRAINED_FORMATS[cls.trained_format] = cls
 
     def __init__(
         self,
@@ -137,7 +147,9 @@ class LLMAggregator(Aggregator):
             raise AggregatorOptionError(
                 f"aggregator {cls.name!r} asks one model: model= or base_url=, not both", str(cls.name), "base_url"
             )
-        from aggregate_graph.models import served_model  # models imports the draw settings, which import this package
+        from aggregate_graph.drawing.models import (
+            served_model,  # models imports the draw settings, which import this package
+        )
 
         return served_model(base_url, served_model_name, api_key, max_tokens or cls.max_tokens)
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Mapping
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator, plurality
-from aggregate_graph.answers import group_equivalent, normalize_answer
+from aggregate_graph.aggregators.registry import register
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.registry import register
+from aggregate_graph.reading.answers import group_equivalent, normalize_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 Weights = Mapping[str, float] | Callable[[Candidate], float]

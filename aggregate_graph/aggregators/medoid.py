@@ -14,8 +14,8 @@ from itertools import pairwise
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.registry import register
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
 _WORD = re.compile(r"\w+")

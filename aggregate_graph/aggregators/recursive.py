@@ -13,8 +13,8 @@ from langchain_core.runnables import Runnable, RunnableConfig
 from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.llm import shown_candidates
 from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.registry import load_aggregator, register
 from aggregate_graph.errors import AggregatorOptionError
-from aggregate_graph.registry import load_aggregator, register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet, Usage
 
 

@@ -25,10 +25,11 @@ from aggregate_graph.aggregators.llm import (
     supporting,
 )
 from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.registry import register
+from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggregator
 from aggregate_graph.aggregators.weighted import WeightedVote, posterior, source_of
-from aggregate_graph.answers import extract_answer, last_answer_tag, stated_answer
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.registry import register
+from aggregate_graph.reading.answers import extract_answer, last_answer_tag, stated_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 SSA_INSTRUCTION = (
@@ -187,8 +188,6 @@ class SSAAggregator(LLMAggregator):
         """By name: with neither `model` nor `base_url`, the SSA shipped in this package, run in-process on the
         CPU; with `base_url`, the shipped adapter served there, rendered with its settings; with `model`, SSA's
         prompt over that chat model. `weights` replaces the vote weights in the tally the model reads."""
-        from aggregate_graph.trained_folder import SHIPPED_SSA, load_trained_aggregator
-
         if isinstance(weights, str | Path):
             weights = WeightedVote.load(weights)
         if model is None:

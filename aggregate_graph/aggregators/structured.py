@@ -12,9 +12,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from aggregate_graph.aggregators.base import Aggregator, plurality
+from aggregate_graph.aggregators.registry import register
 from aggregate_graph.aggregators.tool_calls import canonical_json
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.registry import register
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n\s*```$", re.DOTALL | re.IGNORECASE)

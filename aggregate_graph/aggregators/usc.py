@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from langchain_core.messages import BaseMessage
 
 from aggregate_graph.aggregators.llm import Decision, LLMAggregator, as_messages, render_candidates
-from aggregate_graph.registry import register
+from aggregate_graph.aggregators.registry import register
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 USC_INSTRUCTION = (

@@ -1,6 +1,6 @@
 """The OpenAI surface: `wrap_openai` patches an `openai` client's chat completions and Responses API to answer with
 aggregations. The proxy (`aggregate-graph proxy`), which serves the same over the OpenAI HTTP API, is part of the
-serving layer: `aggregate_graph.serve.proxy`.
+serving layer: `aggregate_graph.openai_compat.proxy`.
 
     request.py, responses_request.py   a chat-completions / Responses call read as an aggregation plan (what goes
                                        to the candidates, what controls the aggregation, what is refused)

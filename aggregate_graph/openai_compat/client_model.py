@@ -30,7 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables.config import run_in_executor, var_child_runnable_config
 from pydantic import ConfigDict, Field
 
-from aggregate_graph.replies import Reply, ReplyChoice
+from aggregate_graph.drawing.replies import Reply, ReplyChoice
 from aggregate_graph.sample_set import Usage
 
 CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings

@@ -17,8 +17,8 @@ from langgraph.store.base import BaseStore
 from openai.resources.chat.completions import AsyncCompletions
 
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
-from aggregate_graph.answer_types import AnswerTypeSpec
-from aggregate_graph.draw_settings import CandidatePolicy
+from aggregate_graph.aggregators.registry import missing_options, registration
+from aggregate_graph.drawing.settings import CandidatePolicy
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.openai_compat.chat_output import (
@@ -41,8 +41,7 @@ from aggregate_graph.openai_compat.request import Plan, RequestError, plan_reque
 from aggregate_graph.openai_compat.responses_model import OpenAIResponsesChatModel
 from aggregate_graph.openai_compat.responses_output import aggregated_response, typed_events
 from aggregate_graph.openai_compat.responses_request import plan_responses_request
-from aggregate_graph.options import check_n
-from aggregate_graph.registry import missing_options, registration
+from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
 WRAPPED_ATTRIBUTE = "_aggregate_graph_unwrapped_create"  # a patched resource keeps its own create here
@@ -130,29 +129,24 @@ class ClientAggregator:
         self,
         client: ClientMethods,
         *,
-        n: int,
+        options: AggregationOptions,
         aggregator: str | Runnable[SampleSet, Aggregation],
         aggregator_client: ClientMethods | None,
         aggregator_model: str | None,
-        policy: CandidatePolicy | None,
         client_timeout: Any,
         client_retries: int,
-        min_candidates: int,
-        max_n: int,
-        max_concurrency: int,
         store: BaseStore | None,
         weights: WeightedVote | None = None,
         base_url: str = "http://wrap-openai.invalid/v1",
-        answer_type: AnswerTypeSpec = "auto",
     ) -> None:
         self.client, self.is_async = client, client.is_async
-        self.answer_type = answer_type
+        self.options, self.aggregator = options, aggregator
+        # a policy left at its default is the client's: its own timeout and retries do the waiting (`_policy`)
+        self.policy = options.policy if "policy" in options.model_fields_set else None
         self.aggregator_client = aggregator_client or client
-        self.n, self.aggregator, self.policy = check_n(n, max_n), aggregator, policy
         self.client_timeout, self.client_retries = client_timeout, client_retries
         self.aggregator_model, self.weights = aggregator_model, weights
-        self.min_candidates, self.max_n = min_candidates, max_n
-        self.max_concurrency, self.store, self.base_url = max_concurrency, store, base_url.rstrip("/")
+        self.store, self.base_url = store, base_url.rstrip("/")
         self._accepted = {"chat": accepted_arguments(client.chat), "responses": accepted_arguments(client.responses)}
         self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
         self._lock = threading.Lock()
@@ -160,6 +154,14 @@ class ClientAggregator:
         if isinstance(aggregator, str) and (missing := missing_options(aggregator, self.provided)):
             source = _GIVEN_BY.get(missing[0], "neither wrap_openai nor the proxy can give: choose another")
             raise ValueError(f"aggregator={aggregator!r} needs {missing[0]}=, which {source}")
+
+    @property
+    def n(self) -> int:
+        return self.options.n
+
+    @property
+    def max_n(self) -> int:
+        return self.options.max_n
 
     @property
     def provided(self) -> set[str]:
@@ -251,7 +253,7 @@ class ClientAggregator:
     def graph(self, plan: Plan) -> Prepared:
         """The compiled graph for the plan's shape (built once), and the config that carries the call."""
         n = plan.n or self.n
-        min_candidates = plan.min_candidates or min(self.min_candidates, n)
+        min_candidates = plan.min_candidates or min(self.options.min_candidates, n)
         if min_candidates > n:
             raise RequestError(f"min_candidates={min_candidates} is more than n={n}", param="min_candidates")
         # JSON output: the parsed objects are voted on (plan_request refused other methods)
@@ -294,17 +296,10 @@ class ClientAggregator:
             endpoint=self.base_url,
             cache=False,
         )
-        return build_aggregate_graph(
-            model,
-            n=n,
-            aggregator=aggregator,
-            policy=policy,
-            min_candidates=min_candidates,
-            max_n=self.max_n,
-            max_concurrency=self.max_concurrency,
-            answer_type=self.answer_type,
-            store=self.store,
+        options = AggregationOptions.of(
+            self.options, n=n, aggregator=aggregator, policy=policy, min_candidates=min_candidates
         )
+        return build_aggregate_graph(model, options=options, store=self.store)
 
     def error(self, exc: BaseException, api: str = "chat") -> BaseException:
         """What a call raises for `exc`: total failure as the upstream's openai exception (`errors`)."""

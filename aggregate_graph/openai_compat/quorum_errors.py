@@ -27,8 +27,8 @@ import httpx
 import openai
 from openai import _exceptions as _openai_exceptions
 
-from aggregate_graph.errors import ErrorKind, QuorumError
-from aggregate_graph.sample_set import Candidate, SampleSet
+from aggregate_graph.errors import QuorumError
+from aggregate_graph.sample_set import Candidate, ErrorKind, SampleSet
 
 # The HTTP library openai builds its requests and exceptions on (httpx, or httpx2 in openai ≥ 3): a response
 # attached to an openai exception is one of its own.

@@ -11,9 +11,9 @@ from typing import Any, Literal
 from openai import BadRequestError, NotGiven, Omit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aggregate_graph.aggregators.registry import aggregator_names, registration
 from aggregate_graph.errors import AggregateGraphError
 from aggregate_graph.openai_compat.quorum_errors import http
-from aggregate_graph.registry import aggregator_names, registration
 
 OPTIONS_KEY = "aggregation"
 

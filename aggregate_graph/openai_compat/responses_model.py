@@ -12,8 +12,8 @@ from langchain_core.messages.ai import UsageMetadata
 from langchain_core.messages.tool import InvalidToolCall, ToolCall
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from aggregate_graph.drawing.replies import Reply, ReplyChoice
 from aggregate_graph.openai_compat.client_model import ClientChatModel, read_tool_calls
-from aggregate_graph.replies import Reply, ReplyChoice
 from aggregate_graph.sample_set import Usage
 
 

@@ -19,8 +19,7 @@ from langchain_core.runnables import Runnable
 from langgraph.store.base import BaseStore
 
 from aggregate_graph.aggregators import WeightedVote
-from aggregate_graph.answer_types import AnswerTypeSpec, check_answer_type
-from aggregate_graph.draw_settings import CandidatePolicy
+from aggregate_graph.aggregators.registry import known_aggregator
 from aggregate_graph.openai_compat.chat_output import AsyncStreamedAggregation, StreamedAggregation
 from aggregate_graph.openai_compat.engine import (
     ENGINE_ATTRIBUTE,
@@ -35,7 +34,7 @@ from aggregate_graph.openai_compat.entry_points import (
     refuse_unaggregated,
     resource,
 )
-from aggregate_graph.options import MAX_CANDIDATES
+from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import Aggregation, SampleSet
 
 if TYPE_CHECKING:
@@ -73,21 +72,22 @@ def _patched(engine: ClientAggregator, original: Callable[..., Any], api: str) -
 
 def wrap_openai(
     client: ClientT,
+    n: int | None = None,
     *,
-    n: int = 5,
-    aggregator: str | Runnable[SampleSet, Aggregation] = "majority",
+    options: AggregationOptions | None = None,
+    aggregator: str | Runnable[SampleSet, Aggregation] | None = None,
     aggregator_client: OpenAI | AsyncOpenAI | None = None,
     aggregator_model: str | None = None,
     aggregator_weights: str | Path | None = None,
-    policy: CandidatePolicy | None = None,
-    min_candidates: int = 1,
-    max_n: int = MAX_CANDIDATES,
-    max_concurrency: int = 64,
-    answer_type: AnswerTypeSpec = "auto",
     store: BaseStore | None = None,
+    **fields: Any,
 ) -> ClientT:
     """Patch `client.chat.completions.create` (an `OpenAI` or `AsyncOpenAI`, Azure included) to answer with
     an aggregation of `n` candidates, and return the same client (typed as it came).
+
+    How candidates are drawn and aggregated is an `AggregationOptions` (`options=`), or its fields as keyword
+    arguments (`n=5, min_candidates=3, answer_type="boolean"`), as on every other surface; keywords replace the
+    object's fields.
 
     With `tools`, the candidates' choices are voted on first: each distinct tool plan (the same calls with equal
     arguments, in any order) is one choice and answering now another; a winning plan comes back as the
@@ -100,36 +100,38 @@ def wrap_openai(
     nothing is sent unaggregated silently.
 
     `aggregator` is a registered name (`registry.aggregator_names()`, your own included) or any runtime
-    Aggregator. A name is built by the registry with what the wrapper has: an aggregator that takes a model
-    ("ssa", "gsr", "usc", "recursive") asks `aggregator_model` — default: the request's model — through
-    `aggregator_client`, default: this client (the same kind, sync or async); one that takes weights gets the
-    `WeightedVote` of the `aggregator_weights` file ("weighted" needs it). The shipped trained SSA, run locally on
-    the CPU, is an Aggregator object: `aggregator=load_aggregator("ssa")`. A request's own `method` may be any
-    name whose options the wrapper can give. `answer_type` says how each candidate's answer is read ("auto",
-    "math", "choice", "boolean", "span", a compiled regex or a function of the text: `answer_types`).
+    Aggregator (default: `options.aggregator`, majority vote). A name is built per request by the registry with
+    what the wrapper has: an aggregator that takes a model ("ssa", "gsr", "usc", "recursive") asks
+    `aggregator_model` — default: the request's model — through `aggregator_client`, default: this client (the
+    same kind, sync or async); one that takes weights gets the `WeightedVote` of the `aggregator_weights` file
+    ("weighted" reads the shipped weights without it). The shipped trained SSA, run locally on the CPU, is an
+    Aggregator object: `aggregator=load_aggregator("ssa")`. A request's own `method` may be any name whose options
+    the wrapper can give.
 
-    Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); the graph's
-    `policy` defaults to one attempt per candidate bounded by the client's whole retry cycle, and still falls
-    back from one `n` request to single requests. When too few candidates succeed, the call raises the `openai`
-    exception the upstream's failure maps to — `RateLimitError` for 429s, `APITimeoutError`, … (an
-    `openai.APIError` for mixed causes) — which is also a `QuorumError` carrying the sample set
+    Retries and timeouts are the client's own (`max_retries`, `timeout`, a per-call `timeout`); unless the options
+    set a `policy`, the graph's defaults to one attempt per candidate bounded by the client's whole retry cycle,
+    and still falls back from one `n` request to single requests. When too few candidates succeed, the call
+    raises the `openai` exception the upstream's failure maps to — `RateLimitError` for 429s, `APITimeoutError`, …
+    (an `openai.APIError` for mixed causes) — which is also a `QuorumError` carrying the sample set
     (`openai_compat.quorum_errors`); a streamed call raises it at `create()`. `client.with_options(...)` returns a
     wrapped copy.
     """
     completions: Any = client.chat.completions
     if getattr(completions, WRAPPED_ATTRIBUTE, None) is not None:
         raise ValueError("this client is already wrapped by wrap_openai")
-    settings = {
-        "n": n,
+    if n is not None:
+        fields["n"] = n
+    if aggregator is not None and not isinstance(aggregator, str):
+        fields["aggregator"] = aggregator
+    settings = AggregationOptions.of(options, **fields)
+    if isinstance(aggregator, str):
+        known_aggregator(aggregator)  # a name is built per request, with the request's model
+    copies = {
+        "options": settings,
         "aggregator": aggregator,
         "aggregator_client": aggregator_client,
         "aggregator_model": aggregator_model,
         "aggregator_weights": aggregator_weights,
-        "policy": policy,
-        "min_candidates": min_candidates,
-        "max_n": max_n,
-        "max_concurrency": max_concurrency,
-        "answer_type": answer_type,
         "store": store,
     }
     methods = client_methods(client)
@@ -142,19 +144,14 @@ def wrap_openai(
         )
     engine = ClientAggregator(
         methods,
-        n=n,
-        aggregator=aggregator,
+        options=settings,
+        aggregator=aggregator if isinstance(aggregator, str) else settings.aggregator,
         aggregator_client=aggregator_methods,
         aggregator_model=aggregator_model,
         # read once, here: a missing or malformed file is an error at wrap time, not on the first request
         weights=None if aggregator_weights is None else WeightedVote.load(aggregator_weights),
-        policy=policy,
         client_timeout=getattr(client, "timeout", None),
         client_retries=int(getattr(client, "max_retries", 0) or 0),
-        min_candidates=min_candidates,
-        max_n=max_n,
-        max_concurrency=max_concurrency,
-        answer_type=check_answer_type(answer_type),
         store=store,
         base_url=str(getattr(client, "base_url", "http://wrap-openai.invalid/v1")),
     )
@@ -176,7 +173,7 @@ def wrap_openai(
     patch_responses_parse(responses, responses.create, methods.is_async)
     forget_raw_wrappers(responses)
     refuse_unaggregated(client)
-    _wrap_copies(client, settings)
+    _wrap_copies(client, copies)
     return client
 
 

@@ -1,9 +1,10 @@
 """The engines `aggregate-graph serve-aggregator` serves a model with, behind one interface.
 
 Each `Engine` names itself, declares the flags only it takes, and serves through `Engine.serve(...) -> int` (the
-command's exit status). `ENGINES` is the registry the command line dispatches on, so a mistake an engine finds
-is the command line's `CLIError`. This module imports neither engine: each is imported when it serves, so the
-command line lists their flags without fastapi, uvicorn or torch.
+command's exit status). `ENGINES` is the registry the command line dispatches on; an engine that cannot start
+raises `EngineError`, its problem and its fix, which the command line tells as `error:` and `hint:` lines. This
+module imports neither engine: each is imported when it serves, so the command line lists their flags without
+fastapi, uvicorn or torch.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aggregate_graph.cli_common import CLIError, one_line
 from aggregate_graph.serve import DEFAULT_MAX_BODY_BYTES
 
 
@@ -67,6 +67,14 @@ class Engine:
         return {flag.dest: given[flag.dest] for flag in self.flags if given.get(flag.dest) is not None}
 
 
+class EngineError(RuntimeError):
+    """An engine that cannot start: the problem, and how to fix it (`hint`)."""
+
+    def __init__(self, problem: str, hint: str | None = None) -> None:
+        super().__init__(problem)
+        self.hint = hint
+
+
 def _serve_vllm(model_dir: str, *, api_key: str | None, host: str, port: int, **options: Any) -> int:
     from aggregate_graph.serve.vllm import PortTakenError, VLLMNotFoundError, run_vllm, vllm_command
 
@@ -77,14 +85,14 @@ def _serve_vllm(model_dir: str, *, api_key: str | None, host: str, port: int, **
         return run_vllm(command, host=host, port=port, api_key=api_key)  # in vLLM's environment, not argv
     except (VLLMNotFoundError, PortTakenError) as exc:  # their first line is the problem, the rest the fix
         problem, _, fix = str(exc).partition("\n")
-        raise CLIError(problem, hint=one_line(fix) or None) from exc
+        raise EngineError(problem, hint=" ".join(fix.split()) or None) from exc
 
 
 def _serve_local(model_dir: str, **options: Any) -> int:
     try:
         from aggregate_graph.serve.local import serve_local
     except ImportError as exc:
-        raise CLIError(
+        raise EngineError(
             f"the local engine needs the local and serve extras: {exc}",
             hint="pip install 'aggregate-graph[local,serve]'",
         ) from exc

@@ -12,25 +12,16 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import Runnable
 
-from aggregate_graph.aggregators import (
-    Aggregator,
-    GSRAggregator,
-    SSAAggregator,
-    SSAChoiceAggregator,
-    USCAggregator,
-    WeightedVote,
-)
-from aggregate_graph.models import local_model
-from aggregate_graph.registry import check_options, constructor_options
+from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.llm import TRAINED_FORMATS
+from aggregate_graph.aggregators.registry import check_options, constructor_options
+from aggregate_graph.aggregators.weighted import WeightedVote
+from aggregate_graph.drawing.models import local_model
 
 AGGREGATOR_FILE, WEIGHTS_FILE = "aggregator.json", "weights.json"
-SHIPPED_SSA = Path(__file__).parent / "trained" / "ssa_smollm2"
+SHIPPED_SSA = Path(__file__).parents[1] / "trained" / "ssa_smollm2"
 """The shipped SSA: adapter, render settings (aggregator.json), vote weights and model card (README.md)."""
 MAX_AGGREGATOR_TOKENS = 32  # the shipped SSA answers with a letter, an older one `<answer>…</answer>`: a handful
-TRAINED_FORMATS: dict[str, type[Aggregator]] = {
-    cls.trained_format: cls for cls in (SSAAggregator, SSAChoiceAggregator, GSRAggregator, USCAggregator)
-}
-"""The formats an aggregator.json may record, and the class that reads each."""
 
 
 def read_trained_record(folder: str | Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -17,10 +17,8 @@ from openai.resources.chat.completions import AsyncCompletions
 from openai.resources.responses import AsyncResponses
 from starlette.background import BackgroundTask
 
+from aggregate_graph.openai_compat.proxy_config import ProxyConfig, Scrubber
 from aggregate_graph.serve.http import SSE_DONE, OpenAIError, read_json, sse
-
-if TYPE_CHECKING:
-    from aggregate_graph.serve.proxy import ProxyConfig, Scrubber
 
 
 def _body_fields(create: Callable[..., Any]) -> frozenset[str]:

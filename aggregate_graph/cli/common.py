@@ -22,6 +22,7 @@ import openai
 from pydantic import ValidationError
 
 from aggregate_graph.errors import AggregateGraphError
+from aggregate_graph.serve.engines import EngineError
 
 DEBUG_ENV = "AGGREGATE_GRAPH_DEBUG"
 OPENAI_KEY_ENV = "OPENAI_API_KEY"  # `ask`'s key for --base-url and openai: models, and the proxy's upstream key
@@ -150,6 +151,8 @@ def describe_failure(exc: BaseException) -> CLIError | None:
     """The error lines and exit status for an exception of a known family; None for anything else."""
     if isinstance(exc, CLIError):
         return exc
+    if isinstance(exc, EngineError):
+        return CLIError(str(exc), hint=exc.hint)
     if isinstance(exc, ValidationError):
         return CLIError(*(f"{exc.title}: {line}" for line in validation_problems(exc)))
     if isinstance(exc, AggregateGraphError):  # before openai's: a QuorumAPIError is both

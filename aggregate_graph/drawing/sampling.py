@@ -20,11 +20,11 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_con
 from langgraph.constants import TAG_NOSTREAM
 from tenacity import AsyncRetrying, Retrying
 
-from aggregate_graph.draw_settings import CandidatePolicy, Sampler
+from aggregate_graph.drawing.n_support import after_failed_n, learn, n_was_refused
+from aggregate_graph.drawing.replies import RepliesDirectly, Reply, reply_of
+from aggregate_graph.drawing.retries import one_attempt, remaining, retry_after, retrying, with_timeout
+from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.errors import describe, error_body, error_kind
-from aggregate_graph.n_support import after_failed_n, learn, n_was_refused
-from aggregate_graph.replies import RepliesDirectly, Reply, reply_of
-from aggregate_graph.retries import one_attempt, remaining, retry_after, retrying, with_timeout
 from aggregate_graph.sample_set import Candidate
 
 OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land

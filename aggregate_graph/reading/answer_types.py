@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from aggregate_graph.answer_text import is_text_form, text_key
-from aggregate_graph.answers import ABSTENTIONS, _extract, equivalent, screen_answer, stated_answer
+from aggregate_graph.reading.answer_text import is_text_form, text_key
+from aggregate_graph.reading.answers import ABSTENTIONS, _extract, equivalent, screen_answer, stated_answer
 
 AnswerType = Literal["auto", "math", "choice", "boolean", "span"]
 ANSWER_TYPES: tuple[str, ...] = get_args(AnswerType)

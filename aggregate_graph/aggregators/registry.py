@@ -20,9 +20,7 @@ plain vote, which a request for structured output may name.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping
@@ -171,27 +169,23 @@ def register(aggregator: Any, factory: Any = None, *, replace: bool = False) -> 
 
 
 def _discover() -> None:
-    """Import every shipped aggregator module (each registers its own) and the installed packages' entry points,
-    once. Names are resolved after this, so a new aggregator module needs no import added anywhere."""
+    """Load the installed packages' entry points, once; the shipped aggregators are registered already, since this
+    module is imported through its package, which imports each of them. Names are resolved after this."""
     global _discovered, _discovering
     if _discovered:
         return
     with _discovery:
-        if _discovered or _discovering:  # a module being imported here that resolves a name sees those so far
+        if _discovered or _discovering:  # a plugin being imported here that resolves a name sees those so far
             return
         _discovering = True
         try:
-            _import_aggregators()
+            _load_entry_points()
         finally:
             _discovering = False
         _discovered = True
 
 
-def _import_aggregators() -> None:
-    from aggregate_graph import aggregators
-
-    for module in pkgutil.iter_modules(aggregators.__path__, f"{aggregators.__name__}."):
-        importlib.import_module(module.name)
+def _load_entry_points() -> None:
     for point in entry_points(group=ENTRY_POINT_GROUP):
         try:
             loaded = point.load()

@@ -20,9 +20,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from aggregate_graph.answer_json import json_answer
-from aggregate_graph.answer_prose import is_question, trim_prose
-from aggregate_graph.answer_text import is_text_form, number_word, text_form, text_key
+from aggregate_graph.reading.answer_json import json_answer
+from aggregate_graph.reading.answer_prose import is_question, trim_prose
+from aggregate_graph.reading.answer_text import is_text_form, number_word, text_form, text_key
 
 T = TypeVar("T")
 
@@ -244,7 +244,7 @@ def abstention(answer: str | None, patterns: Sequence[str] = ABSTENTIONS) -> str
 
 def screen_answer(answer: str | None, patterns: Sequence[str] = ABSTENTIONS) -> tuple[str | None, str | None]:
     """`(answer, None)` for an answer that votes, `(None, reason)` for an abstention (see `abstention`).
-    The one rule shared by the runtime (`stated_answer`) and the pool loaders (`aggregate_graph.pools`)."""
+    The one rule shared by the runtime (`stated_answer`) and the pool loaders (`training.pools`)."""
     reason = abstention(answer, patterns)
     return (None, reason) if reason is not None else (answer, None)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from aggregate_graph.aggregators.arithmetic import arithmetic_slips, has_slip
+from aggregate_graph.reading.arithmetic import arithmetic_slips, has_slip
 from aggregate_graph.sample_set import Candidate
 
 SLIPPED = "slipped"

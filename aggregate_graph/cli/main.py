@@ -16,8 +16,8 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 from aggregate_graph.aggregators import Aggregator
-from aggregate_graph.answer_types import ANSWER_TYPES
-from aggregate_graph.cli_common import (
+from aggregate_graph.aggregators.registry import aggregator_names, load_aggregator, missing_options
+from aggregate_graph.cli.common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
     CLIError,
@@ -31,13 +31,13 @@ from aggregate_graph.cli_common import (
     run_command,
     version_flag,
 )
-from aggregate_graph.cli_serve import add_proxy, add_serve_aggregator
-from aggregate_graph.draw_settings import AdaptiveSampling, CandidatePolicy
+from aggregate_graph.cli.serve import add_proxy, add_serve_aggregator
+from aggregate_graph.drawing.models import LOCAL_PREFIXES, load_chat_model
+from aggregate_graph.drawing.settings import AdaptiveSampling, CandidatePolicy
 from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
 from aggregate_graph.graph import build_aggregate_graph
-from aggregate_graph.models import LOCAL_PREFIXES, load_chat_model
-from aggregate_graph.options import MAX_CANDIDATES
-from aggregate_graph.registry import aggregator_names, load_aggregator
+from aggregate_graph.options import MAX_CANDIDATES, AggregationOptions
+from aggregate_graph.reading.answer_types import ANSWER_TYPES
 from aggregate_graph.sample_set import SampleSet
 from aggregate_graph.serve import DEFAULT_SERVED_NAME
 
@@ -150,21 +150,25 @@ def _show(sample_set: SampleSet, out: Any) -> None:
         print(f"Final text: {one_line(agg.text)[:200]}", file=out)
 
 
-def ask(args: argparse.Namespace) -> int:
-    policy = CandidatePolicy(timeout_s=args.timeout, max_attempts=args.attempts)
-    adaptive = AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None
-    aggregator = _aggregator(args)  # first: a flag that does not fit is reported before any model loads
-    graph = build_aggregate_graph(
-        _model(args),
+def _options(args: argparse.Namespace) -> AggregationOptions:
+    """The aggregation options the flags map onto; the aggregator first, so that a flag that does not fit is
+    reported before any model loads."""
+    aggregator = _aggregator(args)
+    return AggregationOptions.of(
         n=args.n,
+        aggregator=aggregator,
         temperatures=args.temperatures,
         system_prompts=args.system_prompts,
-        policy=policy,
-        adaptive=adaptive,
+        policy=CandidatePolicy(timeout_s=args.timeout, max_attempts=args.attempts),
+        adaptive=AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None,
         max_n=args.max_n,
-        aggregator=aggregator,
         answer_type=args.answer_type,
     )
+
+
+def ask(args: argparse.Namespace) -> int:
+    options = _options(args)
+    graph = build_aggregate_graph(_model(args), options=options)
     state: dict[str, Any] = {}
     arrived = 0
     try:
@@ -235,13 +239,15 @@ def parser() -> argparse.ArgumentParser:
     ask_cmd.add_argument("--max-n", type=int, default=MAX_CANDIDATES, help=f"cap on --n (default {MAX_CANDIDATES})")
     ask_cmd.add_argument(
         "--aggregator",
-        choices=aggregator_names(),
+        choices=[name for name in aggregator_names() if not missing_options(name, AGGREGATOR_FLAGS)],
         default="majority",
-        help="any registered aggregator: majority (default), weighted (needs --aggregator-weights), ssa (the shipped "
-        "trained SSA on the CPU, or the one at --aggregator-base-url), gsr, usc or recursive (the model at "
-        "--aggregator-base-url), medoid, structured_vote",
+        help="a registered aggregator that the flags can configure: majority (default), weighted (the shipped "
+        "weights, or --aggregator-weights), ssa (the shipped trained SSA on the CPU, or the one at "
+        "--aggregator-base-url), gsr, usc or recursive (the model at --aggregator-base-url), medoid, structured_vote",
     )
-    ask_cmd.add_argument("--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (WeightedVote.save)")
+    ask_cmd.add_argument(
+        "--aggregator-weights", metavar="FILE", help="a WeightedVote weights file (`aggregate-train weights`)"
+    )
     ask_cmd.add_argument(
         "--aggregator-base-url",
         metavar="URL",
@@ -268,7 +274,3 @@ def main(argv: list[str] | None = None) -> int:
     if not args.debug:  # one place for every command: only those that load a model import the quieted libraries
         quiet_libraries()
     return run_command(lambda: args.run(args), debug=args.debug)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,8 +13,8 @@ from langchain_core.runnables import RunnableBinding
 from langchain_core.runnables.config import merge_configs, var_child_runnable_config
 from pydantic import BaseModel, Field
 
-from aggregate_graph.answers import ABSTENTIONS, group_equivalent
-from aggregate_graph.n_support import endpoint, n_mode
+from aggregate_graph.drawing.n_support import endpoint, n_mode
+from aggregate_graph.reading.answers import ABSTENTIONS, group_equivalent
 from aggregate_graph.sample_set import Candidate
 
 

@@ -2,7 +2,7 @@
 
 `serve-aggregator MODEL_DIR|ssa --engine vllm|local` serves an aggregator model over the OpenAI chat-completions
 API with one of the engines of `aggregate_graph.serve.engines`, whose own flags it lists; `proxy --upstream URL`
-is an OpenAI-compatible server answering with aggregations (`aggregate_graph.serve.proxy`)."""
+is an OpenAI-compatible server answering with aggregations (`aggregate_graph.openai_compat.proxy`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aggregate_graph.answer_types import ANSWER_TYPES
-from aggregate_graph.cli_common import (
+from aggregate_graph.aggregators.registry import aggregator_names, missing_options
+from aggregate_graph.aggregators.trained import SHIPPED_SSA
+from aggregate_graph.cli.common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
     CLIError,
@@ -21,10 +22,9 @@ from aggregate_graph.cli_common import (
     refuse_secret_flag,
     validation_problems,
 )
-from aggregate_graph.registry import aggregator_names
+from aggregate_graph.reading.answer_types import ANSWER_TYPES
 from aggregate_graph.serve import DEFAULT_SERVED_NAME, SMOLLM2
 from aggregate_graph.serve.engines import DEFAULT_ENGINE, ENGINES
-from aggregate_graph.trained_folder import SHIPPED_SSA
 
 SHIPPED_SSA_NAME = "ssa"
 PROXY_KEY_ENV = "AGGREGATE_GRAPH_PROXY_KEY"
@@ -118,7 +118,8 @@ def add_serve_aggregator(commands: Any, common: argparse.ArgumentParser) -> None
 
 def proxy(args: argparse.Namespace) -> int:
     try:
-        from aggregate_graph.serve.proxy import ProxyConfig, serve_proxy
+        from aggregate_graph.openai_compat.proxy import serve_proxy
+        from aggregate_graph.openai_compat.proxy_config import ProxyConfig
     except ImportError as exc:
         raise CLIError(f"the proxy needs the serve extra: {exc}", hint="pip install 'aggregate-graph[serve]'") from exc
     # Keys come from the environment, never the command line, where any user of the machine can read them.
@@ -164,12 +165,14 @@ def add_proxy(commands: Any, common: argparse.ArgumentParser) -> None:
     proxy_cmd.add_argument("--upstream", required=True, help="the OpenAI-compatible API candidates come from (…/v1)")
     proxy_cmd.add_argument(
         "--aggregator",
-        choices=aggregator_names(),
+        choices=[name for name in aggregator_names() if not missing_options(name, {"model", "weights"})],
         default="majority",
-        help="default method (a request may name another), any registered aggregator",
+        help="default method (a request may name another): a registered aggregator the proxy can configure",
     )
     proxy_cmd.add_argument(
-        "--aggregator-weights", metavar="FILE", help="WeightedVote weights: needed by the weighted method"
+        "--aggregator-weights",
+        metavar="FILE",
+        help="WeightedVote weights for the weighted method (default: the shipped ones)",
     )
     proxy_cmd.add_argument("--aggregator-base-url", help="the server of a trained aggregator (default: the upstream)")
     proxy_cmd.add_argument("--aggregator-model", help="the aggregator's model name (default: the request's model)")

@@ -18,7 +18,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from aggregate_graph.draw_settings import CandidatePolicy
+from aggregate_graph.drawing.settings import CandidatePolicy
 from aggregate_graph.errors import is_transient
 
 T = TypeVar("T")

@@ -19,9 +19,9 @@ from typing import Any
 from langchain_core.runnables import Runnable
 
 from aggregate_graph.aggregators.majority import MajorityVote
-from aggregate_graph.answers import ABSTENTIONS, equivalent, normalize_answer, numeric_value, screen_answer
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.jsonl import read_jsonl
+from aggregate_graph.reading.answers import ABSTENTIONS, equivalent, normalize_answer, numeric_value, screen_answer
 from aggregate_graph.sample_set import Candidate, SampleSet
 
 ENV_VAR = "AGGREGATE_GRAPH_DATA"

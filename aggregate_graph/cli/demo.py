@@ -1,4 +1,4 @@
-"""`python -m aggregate_graph.demo [--aggregators NAME …]`: majority vote against the trained aggregators on six
+"""`python -m aggregate_graph.cli.demo [--aggregators NAME …]`: majority vote against the trained aggregators on six
 real GSM8K problems, offline, in seconds.
 
 Each problem comes with five real LLM answers (Faithful-CoT's code-davinci, text-davinci, gpt-3.5-turbo and
@@ -22,14 +22,14 @@ from langchain_core.runnables import Runnable
 
 from aggregate_graph.aggregators.llm import LLMAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.registry import load_aggregator
+from aggregate_graph.aggregators.trained import SHIPPED_SSA, WEIGHTS_FILE
 from aggregate_graph.aggregators.weighted import source_of
-from aggregate_graph.answers import equivalent
-from aggregate_graph.cli_common import quiet_libraries
+from aggregate_graph.cli.common import quiet_libraries
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
-from aggregate_graph.registry import load_aggregator
+from aggregate_graph.reading.answers import equivalent
 from aggregate_graph.sample_set import SampleSet
-from aggregate_graph.trained_folder import SHIPPED_SSA, WEIGHTS_FILE
 
 DEMO_DATA = "faithful_cot_demo.jsonl"
 AGGREGATORS = {"majority": "majority", "ssa": "trained SSA", "weighted": "weighted vote"}
@@ -155,7 +155,7 @@ def build_aggregators(names: Sequence[str], out: TextIO) -> dict[str, Runnable]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m aggregate_graph.demo",
+        prog="python -m aggregate_graph.cli.demo",
         description="Majority vote against the trained aggregators on six real GSM8K problems (offline).",
     )
     parser.add_argument(

@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.runnables import RunnableBinding
 
-from aggregate_graph.draw_settings import Sampler, describe_model
+from aggregate_graph.drawing.settings import Sampler, describe_model
 
 # A chat model, one with bound options (`bind_tools`, `bind`, `with_config`), or a spec string.
 ModelSpec = BaseChatModel | RunnableBinding | str
