@@ -6,6 +6,7 @@ The face, importable from `aggregate_graph`; everything else is imported from th
     checkpoint_serde                            that restores that state
     AggregateNode, AggregatingChatModel,        the same as a node of your graph, as a chat model, and as a
     AggregationMiddleware                       middleware for `create_agent`
+    AggregationOptions                          how candidates are drawn and aggregated: one type, every surface
     Sampler, CandidatePolicy, AdaptiveSampling  where candidates come from, and how they are drawn
     SampleSet, Candidate, Aggregation           the data: what was asked, what came back, what was decided
     Aggregator, load_aggregator, register       the aggregators' base class, one by name, your own under a name
@@ -52,12 +53,13 @@ from aggregate_graph.middleware import AggregationMiddleware
 from aggregate_graph.node import AggregateNode
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
 from aggregate_graph.openai_compat.wrap import wrap_openai
+from aggregate_graph.options import AggregationOptions
 from aggregate_graph.reading.answers import extract_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
 __all__ = [  # noqa: RUF022 - grouped as the table at the top, not sorted
     "build_aggregate_graph", "AggregateState", "checkpoint_serde",
-    "AggregateNode", "AggregatingChatModel", "AggregationMiddleware",
+    "AggregateNode", "AggregatingChatModel", "AggregationMiddleware", "AggregationOptions",
     "Sampler", "CandidatePolicy", "AdaptiveSampling",
     "SampleSet", "Candidate", "Aggregation",
     "Aggregator", "load_aggregator", "register",

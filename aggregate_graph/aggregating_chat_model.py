@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +55,8 @@ _GRAPHS_KEPT = 32  # compiled graphs kept per chat model, one per shape of call 
 _JSON_FORMATS = ("json_object", "json_schema")
 # A chat model's own constructor options (LangChain's standard params), bound to every candidate request
 _CALL_OPTIONS = ("temperature", "max_tokens", "stop")
+# Standard params that make a model: they apply to the models given by spec string
+_SPEC_OPTIONS = ("api_key", "base_url")
 # The call being run by an AggregatingChatModel's public method: the model, the call's config and its run id.
 _CALL: ContextVar[tuple[Any, RunnableConfig, UUID] | None] = ContextVar("aggregating_chat_model_call", default=None)
 
@@ -122,7 +125,11 @@ class AggregatingChatModel(BaseChatModel):
     call_options: dict[str, Any] = Field(
         default_factory=dict, description="bound to every candidate request (temperature, max_tokens, stop)"
     )
+    streaming: bool = Field(default=False, description="invoke streams the answer (LangChain's standard param)")
     store: BaseStore | None = Field(default=None, exclude=True)
+    spec_kwargs: dict[str, Any] = Field(
+        default_factory=dict, exclude=True, description="api_key / base_url for the models given by spec string"
+    )
     _graphs: OrderedDict[str, CompiledStateGraph] = PrivateAttr(default_factory=OrderedDict)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
     _graphs_built: int = PrivateAttr(default=0)
@@ -148,6 +155,15 @@ class AggregatingChatModel(BaseChatModel):
         policy = _policy_from_params(fields.get("policy") or (options.policy if options else None), kwargs)
         if policy is not None:
             fields["policy"] = policy
+        spec_kwargs = {k: kwargs.pop(k) for k in _SPEC_OPTIONS if kwargs.get(k) is not None}
+        models = model if isinstance(model, list | tuple) else [model]
+        if spec_kwargs and not any(isinstance(m, str) for m in models):
+            warnings.warn(
+                f"{', '.join(spec_kwargs)}: for models given by name ('openai:gpt-4o-mini'); the chat model objects "
+                "given keep their own",
+                stacklevel=2,
+            )
+        kwargs["spec_kwargs"] = spec_kwargs
         for unknown in set(kwargs) - set(type(self).model_fields):  # refused by the options, with their message
             fields[unknown] = kwargs.pop(unknown)
         super().__init__(model=model, options=AggregationOptions.of(options, **fields), call_options=call_options,
@@ -162,7 +178,7 @@ class AggregatingChatModel(BaseChatModel):
     def _resolve_models(self) -> AggregatingChatModel:
         """Spec strings load once, here; the options are checked by building the graph once."""
         models = self.model if isinstance(self.model, list | tuple) else [self.model]
-        resolved = [m if isinstance(m, Runnable) else load_chat_model(m) for m in models]
+        resolved = [m if isinstance(m, Runnable) else load_chat_model(m, **self.spec_kwargs) for m in models]
         self.model = resolved if isinstance(self.model, list | tuple) else resolved[0]
         if self.profile is None:  # what LangChain reads of a model (structured output support …) is the candidates'
             self.profile = Sampler(resolved[0]).model.profile

@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import operator
+import threading
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Annotated, Any
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -27,7 +31,8 @@ from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
 from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
-from aggregate_graph.aggregators.tool_calls import answering, vote_tool_calls
+from aggregate_graph.aggregators.base import stays_first
+from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Draw,
@@ -38,10 +43,11 @@ from aggregate_graph.drawing.sampling import (
     draw_singles,
 )
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
+from aggregate_graph.drawing.settling import Settling, settled_or_drawn
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.options import AggregationOptions
-from aggregate_graph.reading.answer_types import read_answers
+from aggregate_graph.reading.answer_types import ANSWER_TYPES, read_answers, settled_answer_type
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
 
@@ -56,6 +62,7 @@ except ImportError:  # pragma: no cover
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
 ] + [("aggregate_graph.drawing.sampling", "Draw")]
+_MAX_SETTLINGS = 4096  # waves whose `Settling` is kept until their run aggregates
 # Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
 # chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
 _SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])
@@ -78,6 +85,8 @@ class AggregateState(TypedDict, total=False):
     messages: Annotated[list[AnyMessage], add_messages]
     question: str
     candidates: Annotated[list[Candidate], merge_candidates]
+    cancelled: Annotated[list[int], operator.add]  # the indices whose draws settling early cancelled
+    run_key: str  # names the run's waves, whose draws share a `Settling`
     sample_set: SampleSet | None
 
 
@@ -140,11 +149,19 @@ class _Nodes:
         self.pool, self.n, self.aggregator, self.fallback = pool, options.n, options.aggregator, options.fallback
         self.answer_type, self.policy, self.adaptive = options.answer_type, options.policy, options.adaptive
         self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
-        self.log_namespace, self.may_checkpoint = log_namespace, may_checkpoint
+        self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
+        self._settlings: dict[str, Settling] = {}  # by wave (`Draw.settle_key`), until the run aggregates
+        self._settlings_lock = threading.Lock()
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
-        return {"question": question, "candidates": Overwrite([]), "sample_set": None}
+        return {
+            "question": question,
+            "candidates": Overwrite([]),
+            "cancelled": Overwrite([]),
+            "run_key": uuid.uuid4().hex,
+            "sample_set": None,
+        }
 
     def route(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
         """Sends for the next wave of draws, or "aggregate" when there is nothing more to draw.
@@ -155,10 +172,13 @@ class _Nodes:
         nothing to save), and the tasks split the run's `max_concurrency` between them."""
         candidates = state.get("candidates") or []
         drawn = len(candidates)
-        if drawn >= self.n or (drawn and self.adaptive is not None and self.adaptive.satisfied(candidates)):
+        if drawn >= self.n or state.get("cancelled"):  # every candidate drawn, or the vote settled early
+            return "aggregate"
+        if drawn and self.adaptive is not None and self.adaptive.satisfied(candidates):
             return "aggregate"
         size = self.n if self.adaptive is None else (self.adaptive.wave_size if drawn else self.adaptive.first_wave)
         wave = max((c.wave for c in candidates), default=-1) + 1
+        key = f"{state.get('run_key')}:{wave}" if self.settle else None
         _, conversation = last_turn(state["messages"])
         by_sampler: dict[int, list[int]] = {}
         for index in range(drawn, min(self.n, drawn + size)):
@@ -167,13 +187,14 @@ class _Nodes:
         if self.may_checkpoint and _checkpointed(config):
             for s, indices in by_sampler.items():
                 groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
-                draws += [Draw(s, tuple(g), messages, wave) for g in groups]
+                draws += [Draw(s, tuple(g), messages, wave, settle_key=key) for g in groups]
         else:  # one task per sampler, sharing the run's limit on requests in flight (LangGraph's caps tasks)
             limit = config.get("max_concurrency") or self.max_concurrency
             for k, (s, indices) in enumerate(by_sampler.items()):
                 share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
                 singles = not self.pool[s].supports_n(self.policy)  # else: one request with `n`
-                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share if singles else None))
+                share = share if singles else None
+                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share, settle_key=key))
         return [Send("generate", draw) for draw in draws]
 
     async def aroute(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
@@ -183,8 +204,9 @@ class _Nodes:
             return await run_in_executor(config, self.route, state, config)
         return self.route(state, config)
 
-    def _read(self, question: str, candidates: Sequence[Candidate]) -> str:
-        """Reads the answers of `candidates` (in place) under the graph's answer type, as one set; the type used.
+    def _read(self, question: str, candidates: Sequence[Candidate], answer_type: Any = None) -> str:
+        """Reads the answers of `candidates` (in place) under the graph's answer type (or `answer_type`, the one
+        it settled on), as one set; the type used.
 
         A candidate cut off by the token limit has stated no answer: its last number is not one. An abstention
         ("The answer is unknown.") is no answer either: it is recorded in `abstention` and does not vote."""
@@ -192,7 +214,7 @@ class _Nodes:
         reading = read_answers(
             question,
             [c.text for c in readable],
-            self.answer_type,
+            self.answer_type if answer_type is None else answer_type,
             cut_off=[c.finish_reason == "length" for c in readable],
             abstentions=self.policy.abstentions,
         )
@@ -200,13 +222,55 @@ class _Nodes:
             c.answer, c.abstention = answer, abstention
         return reading.type
 
-    def _reporter(self, draw: Draw) -> OnDrawn:
-        """Reads each candidate as it lands (alone: the whole set is read again before the vote) and tells a
-        parent streaming `custom` events of it."""
+    def _is_settled(self, question: str, landed: list[Candidate], outstanding: int) -> bool:
+        """Whether `outstanding` more candidates can no longer change the decision on those `landed`: the tool-plan
+        vote stays as it is, and a tool plan leads or the aggregator's decision is settled (`Aggregator.settled`;
+        a Runnable without `settled` waits for every candidate)."""
+        if sum(c.ok for c in landed) < self.min_candidates or not hasattr(self.aggregator, "settled"):
+            return False
+        # the answers must read the same once all are in: the set's type settled, and a type that reads each text
+        # alone (a span is read against the set's other short answers, so a later one can re-read a sentence)
+        texts = [c.text for c in landed if c.ok]
+        answer_type = settled_answer_type(question, texts, self.answer_type, outstanding)
+        if answer_type in (None, "span"):
+            return False
+        candidates = [c.model_copy() for c in landed]
+        self._read(question, candidates, answer_type if answer_type in ANSWER_TYPES else None)  # as one set
+        sample_set = SampleSet(question=question, candidates=candidates)
+        votes = {key: float(len(members)) for key, members in tool_choices(sample_set).items()}
+        if not stays_first(votes, outstanding):  # a tool plan out there could still win
+            return False
+        if max(votes, key=votes.__getitem__) != ANSWER_NOW:
+            return True
+        return bool(self.aggregator.settled(answering(sample_set), outstanding))
+
+    def _settling(self, draw: Draw) -> Settling | None:
+        """The `Settling` the draws of `draw`'s wave share (made by the first of them), or None: no settling."""
+        if draw.settle_key is None:
+            return None
+        with self._settlings_lock:
+            if (settling := self._settlings.get(draw.settle_key)) is None:
+                while len(self._settlings) >= _MAX_SETTLINGS:  # runs that never aggregate (interrupted, failed)
+                    del self._settlings[next(iter(self._settlings))]
+                question, _ = last_turn(draw.messages)
+                settling = self._settlings[draw.settle_key] = Settling(self.n, partial(self._is_settled, question))
+        return settling
+
+    def _forget_settlings(self, state: AggregateState) -> None:
+        prefix = f"{state.get('run_key')}:"
+        with self._settlings_lock:
+            for key in [key for key in self._settlings if key.startswith(prefix)]:
+                del self._settlings[key]
+
+    def _reporter(self, draw: Draw, settling: Settling | None = None) -> OnDrawn:
+        """Reads each candidate as it lands (alone: the whole set is read again before the vote), tells a
+        parent streaming `custom` events of it, and `settling` that it landed."""
         write, n = get_stream_writer(), self.n
         question, _ = last_turn(draw.messages)
 
         def report(candidates: list[Candidate]) -> None:
+            if settling is not None:
+                settling.land(candidates)
             for c in candidates:
                 self._read(question, [c])
                 write(
@@ -229,24 +293,47 @@ class _Nodes:
             return None
         return self.policy.model_copy(update={"max_concurrency": draw.concurrency})
 
+    @staticmethod
+    def _drawn(draw: Draw, candidates: list[Candidate], settling: Settling | None = None) -> dict[str, Any]:
+        """The draw's update: its candidates (every one that landed: none is lost to a cancellation), and the
+        indices settling early cancelled."""
+        if settling is not None:
+            candidates = list({c.index: c for c in [*settling.landed(draw.indices), *candidates]}.values())
+        landed = {c.index for c in candidates}
+        return {"candidates": candidates, "cancelled": [i for i in draw.indices if i not in landed]}
+
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler, report = self.pool[draw.sampler_index], self._reporter(draw)
+        sampler = self.pool[draw.sampler_index]
+        settling = self._settling(draw)
+        report = self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
-            return {"candidates": draw_singles(draw, sampler, policy, config, report)}
+            return self._drawn(draw, draw_singles(draw, sampler, policy, config, report, settling=settling), settling)
+        if settling is not None and settling.settled:
+            return self._drawn(draw, [])
         candidates = draw_candidates(draw, sampler, self.policy, config)
         report(candidates)
-        return {"candidates": candidates}
+        return self._drawn(draw, candidates)
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler, report = self.pool[draw.sampler_index], self._reporter(draw)
+        sampler = self.pool[draw.sampler_index]
+        settling = self._settling(draw)
+        report = self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
-            return {"candidates": await adraw_singles(draw, sampler, policy, config, report)}
-        candidates = await adraw_candidates(draw, sampler, self.policy, config)
+            drawn = await adraw_singles(draw, sampler, policy, config, report, settling=settling)
+            return self._drawn(draw, drawn, settling)
+        if settling is None:
+            candidates = await adraw_candidates(draw, sampler, self.policy, config)
+        elif settling.settled:
+            return self._drawn(draw, [])
+        else:
+            task = asyncio.ensure_future(adraw_candidates(draw, sampler, self.policy, config))
+            candidates = await settled_or_drawn(settling, task)
         report(candidates)
-        return {"candidates": candidates}
+        return self._drawn(draw, candidates, settling)
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
         """The set to aggregate, its answers read as one set (a sentence backs one of the set's short answers)."""
+        self._forget_settlings(state)
         candidates = [c.model_copy() for c in state.get("candidates") or []]
         answer_type = self._read(state["question"], candidates)
         sample_set = SampleSet(
@@ -256,6 +343,7 @@ class _Nodes:
             metadata={
                 "waves": max((c.wave for c in candidates), default=0) + 1,
                 "samples_saved": self.n - len(candidates),
+                "cancelled": sorted(state.get("cancelled") or []),
                 "answer_type": answer_type,
                 "answers_read": sum(c.answer is not None for c in candidates),
             },

@@ -56,6 +56,10 @@ class AggregationOptions(BaseModel):
         fallback: the pick when the aggregator finds no answer to decide on (None: raise).
         answer_type: how each candidate's answer is read: "auto", "math", "choice", "boolean", "span", a compiled
             regular expression or a function of the text (`answer_types`).
+        settle: decide as soon as the candidates still out can no longer change the decision, and cancel them
+            (`Aggregator.settled`): the same answer as waiting for all under majority, weighted and structured
+            votes, at about the latency of the fastest majority instead of the slowest candidate. Async runs
+            cancel requests in flight; blocking runs skip only the requests not yet sent.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
@@ -71,6 +75,7 @@ class AggregationOptions(BaseModel):
     max_concurrency: int = Field(default=64, ge=1)
     fallback: Runnable | None = DEFAULT_FALLBACK
     answer_type: Any = "auto"
+    settle: bool = True
 
     @field_validator("n", mode="before")
     @classmethod

@@ -35,7 +35,7 @@ def test_health_needs_no_key_tells_no_secret_and_counts_the_graphs(serve) -> Non
         assert response.json() == {
             "status": "ok",
             "aggregator": "majority",
-            "methods": ["gsr", "majority", "medoid", "recursive", "ssa", "structured_vote", "usc"],
+            "methods": ["gsr", "majority", "medoid", "recursive", "ssa", "structured_vote", "usc", "weighted"],
             "n": 3,
             "in_flight": 0,
             "max_concurrency": 64,

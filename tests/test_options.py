@@ -89,14 +89,15 @@ def test_every_surface_takes_the_same_options_object(serve):
 
 
 def test_the_proxy_settings_and_the_cli_flags_map_onto_the_options(serve):
-    config = ProxyConfig(upstream="http://127.0.0.1:1/v1", n=4, min_candidates=2, answer_type="boolean")
+    config = ProxyConfig(upstream="http://127.0.0.1:1/v1", n=4, min_candidates=2, answer_type="boolean", settle=False)
     mapped = config.aggregation_options()
-    assert (mapped.n, mapped.min_candidates, mapped.answer_type) == (4, 2, "boolean")
+    assert (mapped.n, mapped.min_candidates, mapped.answer_type, mapped.settle) == (4, 2, "boolean", False)
     with pytest.raises(ValidationError, match="min_candidates must be between 1 and n=3, got 4"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", n=3, min_candidates=4)
-    args = parser().parse_args(["ask", "q", "--n", "3", "--answer-type", "choice", "--temperatures", "0.2", "1.0"])
-    flags = cli_options(args)
-    assert (flags.n, flags.answer_type, flags.temperatures) == (3, "choice", (0.2, 1.0))
+    argv = ["ask", "q", "--n", "3", "--answer-type", "choice", "--temperatures", "0.2", "1.0", "--no-settle"]
+    flags = cli_options(parser().parse_args(argv))
+    assert (flags.n, flags.answer_type, flags.temperatures, flags.settle) == (3, "choice", (0.2, 1.0), False)
+    assert cli_options(parser().parse_args(["ask", "q"])).settle is True
 
 
 def test_the_chat_model_binds_the_standard_params_to_its_candidates(serve):
@@ -105,7 +106,8 @@ def test_the_chat_model_binds_the_standard_params_to_its_candidates(serve):
     assert model.call_options == {"temperature": 0.3, "max_tokens": 50}
     assert (model.options.policy.timeout_s, model.options.policy.max_attempts) == (9, 2)
     model.invoke("What is 6 times 7?")
-    assert {(r["temperature"], r["max_tokens"]) for r in server.requests} == {(0.3, 50)}
+    sent = {(r["temperature"], r.get("max_completion_tokens", r.get("max_tokens"))) for r in server.requests}
+    assert sent == {(0.3, 50)}
     with pytest.raises(TypeError, match="unknown aggregation option 'temprature'"):
         AggregatingChatModel(chat(server), temprature=0.3)
 

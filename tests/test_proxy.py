@@ -117,7 +117,7 @@ def test_an_unmodified_client_gets_aggregated_tool_calls_and_json(serve) -> None
 def test_models_lists_the_upstreams_and_each_method_prefix(serve) -> None:
     with proxy_for(serve()) as url:
         ids = [m.id for m in OpenAI(base_url=url, api_key=CLIENT_KEY).models.list()]
-    methods = ["gsr", "majority", "medoid", "recursive", "ssa", "structured_vote", "usc"]  # no weights, no scorer
+    methods = ["gsr", "majority", "medoid", "recursive", "ssa", "structured_vote", "usc", "weighted"]  # no scorer
     assert ids == ["test-model", *(f"{method}/test-model" for method in methods)]
 
 

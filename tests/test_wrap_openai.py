@@ -10,7 +10,7 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import QuorumError, sample_sets_from, wrap_openai
+from aggregate_graph import AggregationOptions, QuorumError, sample_sets_from, wrap_openai
 from aggregate_graph.log import export_sample_sets, read_sample_sets
 from aggregate_graph.openai_compat import RequestError
 
@@ -325,16 +325,12 @@ def test_timeouts_are_the_clients_own(serve) -> None:
 
     engine = ClientAggregator(
         client_methods(client(upstream)),
-        n=2,
+        options=AggregationOptions(n=2, max_n=8, max_concurrency=4),
         aggregator="majority",
         aggregator_client=None,
         aggregator_model=None,
-        policy=None,
         client_timeout=600.0,
         client_retries=2,
-        min_candidates=1,
-        max_n=8,
-        max_concurrency=4,
         store=None,
     )
     plan = plan_request(*split_options({"model": "m", "messages": QUESTION}))

@@ -13,7 +13,7 @@ from langchain_core.runnables.config import run_in_executor
 
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
-__all__ = ["Aggregator", "plurality"]
+__all__ = ["Aggregator", "plurality", "stays_first"]
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):
@@ -27,6 +27,17 @@ class Aggregator(Runnable[SampleSet, Aggregation], ABC):
 
     async def aaggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         return await run_in_executor(config, self.aggregate, sample_set, config)
+
+    def settled(self, sample_set: SampleSet, outstanding: int) -> bool:
+        """Whether `outstanding` more candidates, however they answer, can no longer change what this aggregator
+        decides on `sample_set` (the candidates landed so far): then the graph cancels their requests and decides
+        now (`AggregationOptions.settle`). False by default: an aggregator that reads every candidate waits for all.
+
+        Args:
+            sample_set: the candidates landed so far, their answers read.
+            outstanding: how many candidates are still out.
+        """
+        return False
 
     def invoke(self, input: SampleSet, config: RunnableConfig | None = None, **kwargs: Any) -> Aggregation:
         return self._call_with_config(self._checked(self.aggregate), input, config, **kwargs)
@@ -55,6 +66,15 @@ def _as_sample_set(value: Any) -> SampleSet:
     if isinstance(value, dict):
         return SampleSet.model_validate(value)
     raise TypeError(f"aggregators take a SampleSet (or its dict form), got {type(value).__name__}")
+
+
+def stays_first(votes: Mapping[str, float], outstanding: float) -> bool:
+    """Whether the leading choice of `votes` stays first (alone, so no tie-break is needed) whatever choice
+    `outstanding` more votes go to, a new one included: its lead over the runner-up is more than they carry."""
+    if not votes:
+        return False
+    first, second, *_ = [*sorted(votes.values(), reverse=True), 0.0]
+    return first - second > outstanding + 1e-9
 
 
 def plurality(

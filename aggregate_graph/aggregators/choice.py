@@ -244,6 +244,13 @@ class SSAChoiceAggregator(LLMAggregator):
         details = {"parse_status": "skipped", "skipped": "unanimous", "candidates_shown": [c.index for c in shown]}
         return self._fall_back(sample_set, details, None, time.perf_counter(), config)
 
+    def settled(self, sample_set: SampleSet, outstanding: int) -> bool:
+        """Settled when the set would skip the model as unanimous (every shown candidate states one answer) and
+        the vote it then defers to is settled: the outstanding candidates could not outvote that answer. (Waiting
+        for them, the model might have read a dissenting one: the answer is the vote's, as on any unanimous set.)"""
+        shown = shown_candidates(sample_set, self.k)
+        return len(option_groups(shown)) == 1 and self.fallback.settled(sample_set, outstanding)
+
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None):  # type: ignore[no-untyped-def]
         shown = shown_candidates(sample_set, self.k)
         return self._one_answer(sample_set, shown, config) or self.run(sample_set, shown, config)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import Aggregator, plurality
+from aggregate_graph.aggregators.base import Aggregator, plurality, stays_first
 from aggregate_graph.aggregators.registry import register
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.reading.answers import group_equivalent, normalize_answer
@@ -56,6 +56,28 @@ class MajorityVote(Aggregator):
             return float(self.weights(candidate))
         return float(self.weights.get(candidate.model, 1.0))
 
+    def largest_weight(self) -> float | None:
+        """The most one candidate's vote can weigh (None: unbounded, a function of the candidate)."""
+        if self.weights is None:
+            return 1.0
+        if callable(self.weights):
+            return None
+        return max([1.0, *map(float, self.weights.values())])  # a model not in the mapping weighs 1
+
+    def _choices(self, voters: list[Candidate]) -> dict[str, list[Candidate]]:
+        classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
+        # equivalent answers share a class, and equal normal forms are equivalent: the keys are distinct
+        return {normalize_answer(cls[0].answer) or "": cls for cls in classes}
+
+    def settled(self, sample_set: SampleSet, outstanding: int) -> bool:
+        """Settled once the leading answer's votes exceed the runner-up's by more than the outstanding candidates
+        could carry (each at most `largest_weight`): waiting for them cannot change the answer."""
+        voters = [c for c in sample_set.candidates if is_voter(c)]
+        if not voters or (largest := self.largest_weight()) is None:
+            return False
+        votes = {key: sum(self._weight(c) for c in members) for key, members in self._choices(voters).items()}
+        return stays_first(votes, outstanding * largest)
+
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started = time.perf_counter()
         voters = [c for c in sample_set.candidates if is_voter(c)]
@@ -70,9 +92,7 @@ class MajorityVote(Aggregator):
                 f"{failed} failed{why}); nothing to vote on",
                 sample_set,
             )
-        classes = [[voters[i] for i in cls] for cls in group_equivalent([c.answer for c in voters])]
-        # equivalent answers share a class, and equal normal forms are equivalent: the keys are distinct
-        choices = {normalize_answer(cls[0].answer) or "": cls for cls in classes}
+        choices = self._choices(voters)
         votes, tied = plurality(choices, self._weight)
         winner = choices[tied[0]][0]
         return Aggregation(

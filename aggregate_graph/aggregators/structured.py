@@ -11,7 +11,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import Aggregator, plurality
+from aggregate_graph.aggregators.base import Aggregator, plurality, stays_first
 from aggregate_graph.aggregators.registry import register
 from aggregate_graph.aggregators.tool_calls import canonical_json
 from aggregate_graph.errors import AggregationError
@@ -44,12 +44,21 @@ class StructuredVote(Aggregator):
     name = "structured_vote"
     votes_on_json = True
 
-    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
-        started = time.perf_counter()
+    @staticmethod
+    def _choices(sample_set: SampleSet) -> dict[str, list[Candidate]]:
         choices: dict[str, list[Candidate]] = {}
         for candidate in sample_set.succeeded:
             if (value := parse_json_content(candidate.text)) is not _NOT_JSON:
                 choices.setdefault(canonical_json(value), []).append(candidate)
+        return choices
+
+    def settled(self, sample_set: SampleSet, outstanding: int) -> bool:
+        """Settled once the leading value's votes exceed the runner-up's by more than the outstanding candidates."""
+        return stays_first({key: len(members) for key, members in self._choices(sample_set).items()}, outstanding)
+
+    def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
+        started = time.perf_counter()
+        choices = self._choices(sample_set)
         if not choices:
             raise AggregationError(
                 f"no candidate's content parses as JSON ({len(sample_set.candidates)} drawn, "

@@ -35,15 +35,21 @@ def _choice(candidate: Candidate) -> str | None:
     return ANSWER_NOW if candidate.text.strip() else None  # an empty reply chose nothing
 
 
+def tool_choices(sample_set: SampleSet) -> dict[str, list[Candidate]]:
+    """The candidates of each choice: a tool plan (`tool_plan`), or `ANSWER_NOW`."""
+    choices: dict[str, list[Candidate]] = {}
+    for candidate in sample_set.succeeded:
+        if (key := _choice(candidate)) is not None:
+            choices.setdefault(key, []).append(candidate)
+    return choices
+
+
 def vote_tool_calls(sample_set: SampleSet) -> tuple[Aggregation | None, dict[str, float]]:
     """The winning tool plan's aggregation (None when answering now won, or no candidate called a tool) and
     the votes of every choice ({} when no candidate called a tool). A tie goes to the choice whose first
     candidate has the lowest index, as in `MajorityVote`."""
     started = time.perf_counter()
-    choices: dict[str, list[Candidate]] = {}
-    for candidate in sample_set.succeeded:
-        if (key := _choice(candidate)) is not None:
-            choices.setdefault(key, []).append(candidate)
+    choices = tool_choices(sample_set)
     if all(key == ANSWER_NOW for key in choices):
         return None, {}
     votes, tied = plurality(choices)

@@ -117,6 +117,10 @@ class WeightedVote(MajorityVote):
                     candidate, check_arithmetic=False))  # fmt: skip
         return self.default_weight if weight is None else weight
 
+    def largest_weight(self) -> float:
+        """The most a candidate not yet seen can weigh: the largest of the source, vote-class and default weights."""
+        return max([self.default_weight, *self.source_weights.values(), *self.kind_weights.values()])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": "aggregate_graph.WeightedVote",

@@ -51,6 +51,12 @@ EXTRA_OF = {
 NOISY_MODULES = r"(transformers|peft|torch|accelerate|trl|datasets)(\.|$)"
 
 
+SETTLE_HELP = (  # `ask` and `proxy` take --settle / --no-settle alike
+    "decide as soon as the candidates still out cannot change the vote, and cancel them (default); --no-settle "
+    "waits for every candidate"
+)
+
+
 class CLIError(Exception):
     """A mistake in the command, told as `error: <problem>` lines and an optional `hint: <fix>` line."""
 

@@ -20,6 +20,7 @@ from aggregate_graph.aggregators.registry import aggregator_names, load_aggregat
 from aggregate_graph.cli.common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
+    SETTLE_HELP,
     CLIError,
     ShortErrorParser,
     debug_flag,
@@ -163,6 +164,7 @@ def _options(args: argparse.Namespace) -> AggregationOptions:
         adaptive=AdaptiveSampling(first_wave=min(3, args.n)) if args.adaptive else None,
         max_n=args.max_n,
         answer_type=args.answer_type,
+        settle=args.settle,
     )
 
 
@@ -213,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
         help="how each candidate's answer is read: numbers and maths, an option letter, yes/no, a short span of "
         "words; auto (default) chooses per question",
     )  # fmt: skip
+    ask_cmd.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True, help=SETTLE_HELP)
     ask_cmd.add_argument(
         "--model",
         default="local",

@@ -17,6 +17,7 @@ from aggregate_graph.aggregators.trained import SHIPPED_SSA
 from aggregate_graph.cli.common import (
     AGGREGATOR_KEY_ENV,
     OPENAI_KEY_ENV,
+    SETTLE_HELP,
     CLIError,
     env_secret,
     refuse_secret_flag,
@@ -141,6 +142,7 @@ def proxy(args: argparse.Namespace) -> int:
             n=args.n,
             min_candidates=args.min_candidates,
             answer_type=args.answer_type,
+            settle=args.settle,
             upstream_timeout_s=args.upstream_timeout,
             upstream_retries=args.upstream_retries,
             max_n=args.max_n,
@@ -182,6 +184,7 @@ def add_proxy(commands: Any, common: argparse.ArgumentParser) -> None:
         "--answer-type", choices=ANSWER_TYPES, default="auto",
         help="how each candidate's answer is read (default auto: chosen per question)",
     )  # fmt: skip
+    proxy_cmd.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True, help=SETTLE_HELP)
     proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
     proxy_cmd.add_argument("--port", type=int, default=8080)
     # No defaults here: a variable named on the command line must be set, a default one may be absent.

@@ -24,6 +24,7 @@ from aggregate_graph.drawing.n_support import after_failed_n, learn, n_was_refus
 from aggregate_graph.drawing.replies import RepliesDirectly, Reply, reply_of
 from aggregate_graph.drawing.retries import one_attempt, remaining, retry_after, retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
+from aggregate_graph.drawing.settling import Settling, cancelled_by
 from aggregate_graph.errors import describe, error_body, error_kind
 from aggregate_graph.sample_set import Candidate
 
@@ -45,6 +46,7 @@ class Draw:
     messages: tuple[BaseMessage, ...]
     wave: int = 0
     concurrency: int | None = None  # set by `route` on a wave's single requests drawn in one task: its share
+    settle_key: str | None = None  # the wave's, when it settles early: its draws share one `Settling`
 
 
 def _candidates(
@@ -248,7 +250,7 @@ def _after_failed_n(
 
 
 def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
-    return Draw(draw.sampler_index, indices, draw.messages, draw.wave)
+    return Draw(draw.sampler_index, indices, draw.messages, draw.wave, settle_key=draw.settle_key)
 
 
 def draw_candidates(
@@ -302,12 +304,16 @@ def draw_singles(
     on_drawn: OnDrawn | None = None,
     *,
     direct: bool | None = None,
+    settling: Settling | None = None,
 ) -> list[Candidate]:
     """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
-    `on_drawn` is called with each one's record as it lands."""
+    `on_drawn` is called with each one's record as it lands. Once `settling` is settled, the requests not yet
+    sent are not sent (their candidates are missing from the result)."""
     direct = replies_directly(sampler, config) if direct is None else direct
 
     def one(single: Draw) -> list[Candidate]:
+        if settling is not None and settling.settled:
+            return []
         drawn = draw_candidates(single, sampler, policy, config, direct=direct)
         if on_drawn is not None:
             on_drawn(drawn)
@@ -373,17 +379,28 @@ async def adraw_singles(
     on_drawn: OnDrawn | None = None,
     *,
     direct: bool | None = None,
+    settling: Settling | None = None,
 ) -> list[Candidate]:
-    """Async `draw_singles`."""
+    """Async `draw_singles`; once `settling` is settled, the requests still out are cancelled too."""
     direct = replies_directly(sampler, config) if direct is None else direct
     gate = asyncio.Semaphore(policy.max_concurrency)
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
+            if settling is not None and settling.settled:
+                return []
             drawn = await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config, direct=direct)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn
 
-    batches = await asyncio.gather(*(one(i) for i in draw.indices))
-    return [c for batch in batches for c in batch]
+    if settling is None:
+        batches = await asyncio.gather(*(one(i) for i in draw.indices))
+        return [c for batch in batches for c in batch]
+    tasks = [asyncio.create_task(one(i)) for i in draw.indices]
+    settling.attach(tasks)
+    try:
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        settling.detach(tasks)
+    return [c for result in results for c in cancelled_by(settling, result)]

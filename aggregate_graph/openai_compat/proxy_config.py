@@ -42,6 +42,7 @@ class ProxyConfig(BaseModel):
     n: int = Field(default=5, ge=1)
     min_candidates: int = Field(default=1, ge=1)
     answer_type: AnswerType = Field(default="auto", description="how each candidate's answer is read (`answer_types`)")
+    settle: bool = Field(default=True, description="decide once the vote is settled, cancelling the candidates out")
     api_key: SecretStr | None = Field(default=None, description="clients must send it as a bearer token")
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     upstream_retries: int = Field(default=2, ge=0)
@@ -72,7 +73,11 @@ class ProxyConfig(BaseModel):
     def aggregation_options(self) -> AggregationOptions:
         """The aggregation options the proxy's settings map onto (the default method is built per request)."""
         return AggregationOptions.of(
-            n=self.n, min_candidates=self.min_candidates, max_n=self.max_n, answer_type=self.answer_type
+            n=self.n,
+            min_candidates=self.min_candidates,
+            max_n=self.max_n,
+            answer_type=self.answer_type,
+            settle=self.settle,
         )
 
     @model_validator(mode="after")

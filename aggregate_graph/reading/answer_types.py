@@ -300,20 +300,50 @@ def infer_answer_type(question: str, texts: Sequence[str]) -> str:
     another answer ("The answer is 42."), else the kind most texts state (ties:
     math, choice, boolean, span). Short replies are read as spans only for a question or an instruction that asks
     for one ("Say hello" is small talk: no vote)."""
+    return _inferred(question, texts, 0) or "math"
+
+
+def settled_answer_type(
+    question: str, texts: Sequence[str], answer_type: AnswerTypeSpec, outstanding: int
+) -> str | None:
+    """The type `read_answers` reads the set under, if `outstanding` more texts cannot change it (None if they can):
+    a given type, one the question decides, or the kind most texts state by a lead the outstanding ones cannot
+    overturn."""
+    if isinstance(answer_type, re.Pattern):
+        return "pattern"
+    if callable(answer_type):
+        return "function"
+    return answer_type if answer_type != "auto" else _inferred(question, texts, outstanding)
+
+
+def _inferred(question: str, texts: Sequence[str], outstanding: int) -> str | None:
+    """`infer_answer_type` with `outstanding` more texts to come: the type, or None while they could change it."""
     if listed_options(question):
         return "choice"
     if _BOOLEAN_QUESTION.search(question):
         return "boolean"
     wordy = _WORDY_QUESTION.match(question.strip()) is not None
     kinds = Counter(kind for text in texts if (kind := _kind(text, wordy)) is not None)
-    stated = sum(_extract(text, last_number=False)[0] is not None for text in texts)
-    if _POLAR_QUESTION.match(question.strip()) and 2 * stated <= len(texts):  # unless most state another answer
-        return "boolean"
+    if _POLAR_QUESTION.match(question.strip()):  # boolean unless most texts state another answer
+        stated = sum(_extract(text, last_number=False)[0] is not None for text in texts)
+        total = len(texts) + outstanding
+        if 2 * (stated + outstanding) <= total:
+            return "boolean"
+        if 2 * stated <= total:
+            return None
     if not _ASKS.search(question):  # small talk ("Thanks!"): "No problem at all." is no vote
         kinds.pop("span", None)
         kinds.pop("boolean", None)
     order = ("math", "choice", "boolean", "span")
-    return max(order, key=lambda kind: (kinds[kind], -order.index(kind))) if kinds else "math"
+    if not kinds and outstanding == 0:
+        return "math"
+    first = max(order, key=lambda kind: (kinds[kind], -order.index(kind)))
+    # it stays first if every other kind, given all the outstanding texts, still falls behind it (or ties after it)
+    for kind in order:
+        lead = kinds[first] - kinds[kind] - outstanding
+        if kind != first and (lead < 0 or (lead == 0 and order.index(kind) < order.index(first))):
+            return None
+    return first
 
 
 def _screened(answers: Sequence[str | None], abstentions: Sequence[str]) -> tuple[list[str | None], list[str | None]]:

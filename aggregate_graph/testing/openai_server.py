@@ -84,6 +84,8 @@ class OpenAITestServer:
     failure_rate / failure_status / failure_message / failure_code: share of requests answered with that error
         (its `code` too); fail_first: the first requests always fail. hang_rate / hang_s: share of requests that
         sleep hang_s before answering.
+    latency_s: seconds before each answer, or a function of (body, request number) giving them (a heavy-tailed
+        upstream); a client that closes the connection meanwhile is counted in `aborted`, and nothing is served.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
     token_details: added to every chat completion's usage, as OpenAI reports them, e.g.
         `{"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}`.
@@ -98,7 +100,7 @@ class OpenAITestServer:
         self,
         replies: Sequence[Reply] | Callable[[dict[str, Any], int], Reply] = ("The answer is 42.",),
         *,
-        latency_s: float = 0.0,
+        latency_s: float | Callable[[dict[str, Any], int], float] = 0.0,
         n_mode: NMode = "honour",
         failure_rate: float = 0.0,
         failure_status: int = 500,
@@ -129,6 +131,8 @@ class OpenAITestServer:
         self.hangs = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.aborted = 0
+        self.completion_tokens_served = 0
         self.app = self._build_app()
         self._threaded: ThreadedServer | None = None
         self.port = 0
@@ -149,6 +153,28 @@ class OpenAITestServer:
         if callable(self.replies):
             return self.replies(body, sample_no)
         return self.replies[sample_no % len(self.replies)]
+
+    def _latency(self, body: dict[str, Any]) -> float:
+        if callable(self.latency_s):
+            with self._lock:
+                number = len(self.requests) - 1
+            return float(self.latency_s(body, number))
+        return self.latency_s
+
+    @staticmethod
+    async def _client_left_during(request: Request, seconds: float) -> bool:
+        """Waits `seconds` (the request's latency) unless the client closes the connection first: True then, as
+        an upstream that stops generating for a cancelled request."""
+        async def disconnect() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        watch = asyncio.ensure_future(disconnect())
+        try:
+            done, _ = await asyncio.wait({watch}, timeout=seconds)
+            return bool(done)
+        finally:
+            watch.cancel()
 
     def _admit(self, body: dict[str, Any]) -> str | None:
         """Record the request and decide its injected fault, if any."""
@@ -195,8 +221,10 @@ class OpenAITestServer:
                 with self._lock:
                     self.headers.append(dict(request.headers))
                 fault = self._admit(body)
-                if self.latency_s:
-                    await asyncio.sleep(self.latency_s)
+                if (latency := self._latency(body)) and await self._client_left_during(request, latency):
+                    with self._lock:
+                        self.aborted += 1
+                    return Response(status_code=499)  # nobody reads it: the client closed the connection
                 if fault == "error":
                     return _error(self.failure_status, self.failure_message, "server_error", code=self.failure_code)
                 if fault == "hang":
@@ -221,6 +249,7 @@ class OpenAITestServer:
             completion_tokens = sum(_completion_tokens(r) for r in replies)
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
+                self.completion_tokens_served += completion_tokens
             if body.get("stream"):
                 if n > 1:
                     return _error(400, "streaming returns one choice here", "invalid_request_error", "n")
@@ -298,6 +327,8 @@ class OpenAITestServer:
                 "hangs": self.hangs,
                 "prompt_tokens_billed": self.prompt_tokens_billed,
                 "max_in_flight": self.max_in_flight,
+                "aborted": self.aborted,
+                "completion_tokens_served": self.completion_tokens_served,
                 "n_requests": sum(1 for r in self.requests if int(r.get("n") or 1) > 1),
             }
 

@@ -1,0 +1,98 @@
+"""Settling early: a wave of candidate draws stops as soon as the candidates still out can no longer change the
+decision (`Aggregator.settled`), and the requests still out are cancelled.
+
+The draws of one wave — one task per sampler, or one per candidate under a checkpointer — share one `Settling`,
+which sees every candidate as it lands. Once the decision is settled, async requests in flight are cancelled (their
+HTTP connections close, so the upstream stops generating) and requests not yet sent are never sent; a blocking
+(sync) draw cannot interrupt a request in flight, so it waits for those and skips only the ones not yet sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterable
+
+from aggregate_graph.sample_set import Candidate
+
+IsSettled = Callable[[list[Candidate], int], bool]  # (candidates landed, how many are still out) -> settled?
+
+
+class Settling:
+    """One wave's candidates as they land, across the draw tasks that share it.
+
+    Args:
+        n: the candidates the run asks for; those not landed count as outstanding.
+        is_settled: whether the landed candidates' decision is settled with that many still out.
+    """
+
+    def __init__(self, n: int, is_settled: IsSettled) -> None:
+        self.n, self._is_settled = n, is_settled
+        self._landed: dict[int, Candidate] = {}
+        self._tasks: set[asyncio.Task] = set()
+        self._lock = threading.Lock()  # sync draws land from worker threads
+        self.settled = False
+
+    def land(self, candidates: Iterable[Candidate]) -> None:
+        """Take candidates that landed; once that settles the decision, cancel the async requests still out."""
+        with self._lock:
+            if self.settled:
+                return
+            self._landed.update({c.index: c for c in candidates})
+            if not self._is_settled(list(self._landed.values()), self.n - len(self._landed)):
+                return
+            self.settled, tasks = True, [t for t in self._tasks if not t.done() and t is not _running_task()]
+        for task in tasks:  # not the task landing: cancelled, it would drop the result it is returning
+            task.cancel()
+
+    def attach(self, tasks: Iterable[asyncio.Task]) -> None:
+        """Async requests to cancel once settled (at once, when it already is)."""
+        with self._lock:
+            tasks = list(tasks)
+            self._tasks.update(tasks)
+            settled = self.settled
+        if settled:
+            for task in tasks:
+                task.cancel()
+
+    def detach(self, tasks: Iterable[asyncio.Task]) -> None:
+        with self._lock:
+            self._tasks.difference_update(tasks)
+
+    def landed(self, indices: Iterable[int]) -> list[Candidate]:
+        """The candidates landed at `indices`: what a draw returns, also for a task cancelled as it landed."""
+        with self._lock:
+            return [self._landed[i] for i in indices if i in self._landed]
+
+
+def _running_task() -> asyncio.Task | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # a worker thread of a blocking draw
+        return None
+
+
+def cancelled_by(settling: Settling | None, result: BaseException | list[Candidate]) -> list[Candidate]:
+    """A draw task's candidates; none for a task that settling cancelled. Any other error is raised."""
+    if isinstance(result, asyncio.CancelledError) and settling is not None and settling.settled:
+        return []
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+async def settled_or_drawn(settling: Settling | None, draw: asyncio.Task[list[Candidate]]) -> list[Candidate]:
+    """The candidates of an async draw task, or none when settling cancels it first; a cancellation of the
+    caller itself propagates."""
+    if settling is None:
+        return await draw
+    settling.attach([draw])
+    try:
+        return await draw
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not settling.settled or (current is not None and current.cancelling()):
+            raise
+        return []
+    finally:
+        settling.detach([draw])

@@ -1,0 +1,147 @@
+"""Settling early (`AggregationOptions.settle`): the graph decides once the candidates still out cannot change the
+decision, and cancels their requests — never changing what majority vote would decide after waiting for all."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+from langchain_core.language_models import FakeListChatModel
+from langchain_openai import ChatOpenAI
+
+from aggregate_graph import AggregationOptions, build_aggregate_graph
+from aggregate_graph.aggregators.choice import SSAChoiceAggregator
+from aggregate_graph.aggregators.majority import MajorityVote
+from aggregate_graph.aggregators.structured import StructuredVote
+from aggregate_graph.aggregators.weighted import WeightedVote
+from aggregate_graph.graph import _Nodes
+from aggregate_graph.reading.answers import group_equivalent
+from aggregate_graph.sample_set import Candidate, SampleSet
+from aggregate_graph.testing.openai_server import OpenAITestServer
+from training.data import one_model
+from training.pools import FAITHFUL_COT_LMS, is_reserved, load_faithful_cot, load_gpt3_solutions
+
+QUESTION = "What is 6 times 7?"
+
+
+def chat(server: OpenAITestServer) -> ChatOpenAI:
+    return ChatOpenAI(model="test-model", base_url=server.base_url, api_key="x", max_retries=0)
+
+
+def by_arrival(latencies: list[float]):  # the k-th request the server receives waits latencies[k]
+    return lambda body, number: latencies[number % len(latencies)]
+
+
+def settle_in_arrival_order(nodes: _Nodes, sample_set: SampleSet, order: list[int]) -> list[Candidate]:
+    """The candidates landed when the graph's settling check (`_Nodes._is_settled`) first holds."""
+    landed: list[Candidate] = []
+    for i in order:
+        landed.append(sample_set.candidates[i].model_copy(update={"answer": None}))
+        if nodes._is_settled(sample_set.question, landed, len(order) - len(landed)):
+            break
+    return landed
+
+
+def decision(nodes: _Nodes, question: str, candidates: list[Candidate]) -> str | None:
+    copies = [c.model_copy(update={"answer": None}) for c in candidates]
+    nodes._read(question, copies)  # read as one set, as the aggregate node reads it
+    return MajorityVote().invoke(SampleSet(question=question, candidates=copies)).answer
+
+
+def test_settling_never_changes_the_majority_answer_on_the_pools():
+    """Every unreserved set of the Faithful-CoT pool (each LM's five prompts, anonymised, and nine candidates
+    mixed from the six LMs; their answers are their programs' results, read by an answer function) and of the
+    GPT-3 pool (read from the text as any reply is), in a random arrival order: the answer decided on the
+    candidates landed when the vote settles is the answer decided on all of them."""
+    sets = [s for s in load_faithful_cot() if not is_reserved(s)]
+    pools = [one_model(s, lm) for s in sets for lm in FAITHFUL_COT_LMS]
+    pools += [s.model_copy(update={"candidates": random.Random(s.id).sample(s.candidates, 9)}) for s in sets]
+    gpt3 = [s for s in load_gpt3_solutions() if not is_reserved(s)]
+    read_from_text = {s.id for s in gpt3}
+    rng, saved, checked = random.Random(0), 0, 0
+    for sample_set in pools + gpt3:
+        n = len(sample_set.candidates)
+        executed = {c.text: c.answer for c in sample_set.candidates}  # a program's text → what running it gave
+        answer_type = "auto" if sample_set.id in read_from_text else executed.get
+        nodes = _Nodes([], AggregationOptions(n=n, answer_type=answer_type), (), False)
+        order = rng.sample(range(n), n)
+        landed = settle_in_arrival_order(nodes, sample_set, order)
+        if len(landed) == n:
+            continue
+        early = decision(nodes, sample_set.question, landed)
+        full = decision(nodes, sample_set.question, sample_set.candidates)
+        assert early is not None and len(group_equivalent([early, full or ""])) == 1, (sample_set.id, early, full)
+        saved, checked = saved + n - len(landed), checked + 1
+    assert checked > len(pools) // 2 and saved > len(pools) // 2  # it settles on most sets, so the property is tested
+
+
+def test_settling_cancels_the_requests_still_out_and_keeps_every_candidate_that_landed():
+    # arrivals 0-1 fail fast, 2-4 answer 42 in turn, 5-6 are slow: settled once the third 42 lands (3 > 2 out)
+    latencies = [0.02, 0.02, 0.1, 0.15, 0.2, 5.0, 5.0]
+    with OpenAITestServer(["The answer is 42."], latency_s=by_arrival(latencies), fail_first=2, n_mode="reject") as s:
+        graph = build_aggregate_graph(chat(s), n=7, policy={"use_n": False, "max_attempts": 1})
+        started = time.perf_counter()
+        out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
+        elapsed = time.perf_counter() - started
+        deadline = time.monotonic() + 5
+        while s.stats()["aborted"] < 2 and time.monotonic() < deadline:  # the server notices the closed sockets
+            time.sleep(0.02)
+        stats = s.stats()
+    sample_set = out["sample_set"]
+    assert sample_set.aggregation.answer == "42" and elapsed < 2.0
+    assert stats["aborted"] == 2 and stats["samples_served"] == 3  # the slow ones stopped: nothing generated
+    assert len(sample_set.succeeded) == 3 and len(sample_set.failed) == 2  # failures recorded as before
+    assert all("injected failure" in (c.error or "") for c in sample_set.failed)
+    assert len(sample_set.metadata["cancelled"]) == 2 and sample_set.metadata["samples_saved"] == 2
+    assert not set(sample_set.metadata["cancelled"]) & {c.index for c in sample_set.candidates}
+
+
+def test_settle_off_waits_for_every_candidate():
+    with OpenAITestServer(["The answer is 42."], latency_s=by_arrival([0.01, 0.01, 0.01, 0.3]), n_mode="reject") as s:
+        graph = build_aggregate_graph(chat(s), n=4, settle=False, policy={"use_n": False})
+        out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
+        assert len(out["sample_set"].candidates) == 4 and s.stats()["aborted"] == 0
+        assert out["sample_set"].metadata["cancelled"] == []
+
+
+def test_a_blocking_run_does_not_send_the_requests_a_settled_vote_no_longer_needs():
+    with OpenAITestServer(["The answer is 42."], n_mode="reject") as s:
+        graph = build_aggregate_graph(chat(s), n=5, max_concurrency=1, policy={"use_n": False, "max_concurrency": 1})
+        out = graph.invoke({"messages": [("user", QUESTION)]})
+        assert s.calls == 3 and len(out["sample_set"].candidates) == 3
+        assert out["sample_set"].metadata["cancelled"] == [3, 4]
+
+
+def test_a_split_vote_waits_for_the_candidates_that_decide_it():
+    replies = ["The answer is 42.", "The answer is 41."]
+    with OpenAITestServer(replies, latency_s=by_arrival([0.01, 0.02, 0.03, 0.3]), n_mode="reject") as s:
+        graph = build_aggregate_graph(chat(s), n=4, policy={"use_n": False})
+        out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
+        assert len(out["sample_set"].candidates) == 4 and s.stats()["aborted"] == 0
+
+
+def candidates(*answers: str, texts: list[str] | None = None) -> SampleSet:
+    return SampleSet(
+        question=QUESTION,
+        candidates=[
+            Candidate(index=i, text=(texts or list(answers))[i], answer=a, model="m") for i, a in enumerate(answers)
+        ],
+    )
+
+
+def test_each_vote_settles_by_its_own_margin():
+    assert MajorityVote().settled(candidates("42", "42", "42"), 2)
+    assert not MajorityVote().settled(candidates("42", "42", "41"), 1)  # 2 - 1 is not more than 1 still out
+    assert MajorityVote().settled(candidates("42", "42", "42", "41"), 1)
+    assert not MajorityVote(weights=lambda c: 1.0).settled(candidates("42", "42", "42"), 0)  # unbounded weights
+    heavy = WeightedVote({"m": 1.0}, default_weight=3.0)  # a candidate still out may weigh 3
+    assert not heavy.settled(candidates("42", "42", "42"), 1) and heavy.settled(candidates("42", "42", "42", "42"), 1)
+    json_set = candidates("a", "a", "b", texts=['{"x": 1}', '{ "x":1 }', '{"x": 2}'])
+    assert not StructuredVote().settled(json_set, 1) and StructuredVote().settled(json_set, 0)
+
+
+def test_a_trained_aggregator_settles_only_when_it_would_skip_the_model_as_unanimous():
+    ssa = SSAChoiceAggregator(FakeListChatModel(responses=["A"]))  # never asked: the rule reads the vote
+    assert ssa.settled(candidates("42", "42", "42"), 2)  # unanimous, and 3 > 2: the vote's answer, as on any
+    assert not ssa.settled(candidates("42", "42", "42", "41"), 0)  # two answers: the model reads them all
