@@ -101,7 +101,7 @@ def test_a_responses_stream_that_fails_midway_ends_with_an_error_event_the_clien
 
     from aggregate_graph.openai_compat.proxy import proxy_error
     from aggregate_graph.openai_compat.proxy_config import Scrubber
-    from aggregate_graph.openai_compat.proxy_wire import stream_response
+    from aggregate_graph.openai_compat.proxy_wire import sse_events, stream_response
     from aggregate_graph.testing.threaded import running
 
     class Event:
@@ -121,7 +121,7 @@ def test_a_responses_stream_that_fails_midway_ends_with_an_error_event_the_clien
 
     @app.post("/v1/responses")
     async def respond() -> Any:
-        return stream_response(
+        events = sse_events(
             Stream(),
             scrub=scrub,
             to_error=lambda exc: proxy_error(exc, scrub, max_request_s=1),
@@ -129,6 +129,7 @@ def test_a_responses_stream_that_fails_midway_ends_with_an_error_event_the_clien
             deadline=float("inf"),
             api="responses",
         )
+        return stream_response(events, release=lambda: None)
 
     with running(app) as url:
         raw = httpx.post(f"{url}/responses", json={}).text

@@ -27,7 +27,7 @@ from pydantic import SecretStr
 from aggregate_graph.errors import AggregateGraphError, describe
 from aggregate_graph.openai_compat.engine import ENGINE_ATTRIBUTE
 from aggregate_graph.openai_compat.proxy_config import UPSTREAM_CHECK_S, ProxyConfig, Scrubber
-from aggregate_graph.openai_compat.proxy_wire import read_create_request, stream_response
+from aggregate_graph.openai_compat.proxy_wire import read_create_request, sse_events, stream_response
 from aggregate_graph.openai_compat.request import RequestError
 from aggregate_graph.openai_compat.wrap import wrap_openai
 from aggregate_graph.serve.http import (
@@ -227,9 +227,8 @@ class Proxy:
         if kwargs.get("stream") is not True:
             release()
             return JSONResponse(self.scrub.payload(result.model_dump(mode="json", exclude_unset=True, by_alias=True)))
-        return stream_response(
-            result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline, api=api
-        )
+        events = sse_events(result, scrub=self.scrub, to_error=self.error, release=release, deadline=deadline, api=api)
+        return stream_response(events, release)
 
 
 def create_proxy_app(config: ProxyConfig) -> FastAPI:

@@ -116,15 +116,7 @@ async def sse_events(
         yield SSE_DONE
 
 
-def stream_response(
-    stream: Any,
-    *,
-    scrub: Scrubber,
-    to_error: Callable[[BaseException], OpenAIError],
-    release: Callable[[], None],
-    deadline: float,
-    api: str = "chat",
-) -> StreamingResponse:
-    """The streamed answer. It keeps its slot until it ends; the background task frees it if it never starts."""
-    events = sse_events(stream, scrub=scrub, to_error=to_error, release=release, deadline=deadline, api=api)
+def stream_response(events: AsyncIterator[str], release: Callable[[], None]) -> StreamingResponse:
+    """The streamed answer: `events` (`sse_events`, which frees the slot when it ends), with `release` as the
+    background task that frees the slot if the stream never starts."""
     return StreamingResponse(events, media_type="text/event-stream", background=BackgroundTask(release))
