@@ -50,6 +50,16 @@ def counting_multiply() -> tuple[Any, list[tuple[int, int]]]:
     return multiply, calls
 
 
+def assert_streams_the_aggregated_turns(streamed: list[tuple[Any, dict[str, Any]]], node: str) -> None:
+    """`stream_mode="messages"` of an aggregating agent on the calculator question shows one AI message per model
+    turn (not the candidates' texts), the tool's result between them, each AI message in chunks as a chat model
+    streams its reply: the voted call, then the answer word by word. `node` is the agent's model node."""
+    answer_text = "6 times 7 is 42. The answer is 42."
+    assert joined_by_message(streamed) == [("", node), ("42", "tools"), (answer_text, node)]
+    answer = [chunk for chunk, _ in streamed if chunk.id == streamed[-1][0].id]
+    assert len(answer) >= 2 and all(isinstance(chunk, AIMessageChunk) for chunk in answer)
+
+
 def test_react_agent_over_the_aggregating_model_runs_the_voted_tool_call_once(serve):
     server = serve(calculator_replies)
     multiply, calls = counting_multiply()
@@ -79,13 +89,7 @@ def test_only_the_aggregated_answer_streams_as_the_agents_message(serve):
     multiply, _ = counting_multiply()
     agent = create_react_agent(AggregatingChatModel(chat(server), n=3), [multiply])
     streamed = list(agent.stream({"messages": [HumanMessage(QUESTION)]}, stream_mode="messages"))
-    # one AI message per model turn (not three candidates' texts), the tool's result between them; each AI
-    # message in chunks, as a chat model streams its reply: the voted call, then the answer word by word
-    assert joined_by_message(streamed) == [
-        ("", "agent"), ("42", "tools"), ("6 times 7 is 42. The answer is 42.", "agent")
-    ]  # fmt: skip
-    answer = [chunk for chunk, _ in streamed if chunk.id == streamed[-1][0].id]
-    assert len(answer) >= 2 and all(isinstance(chunk, AIMessageChunk) for chunk in answer)
+    assert_streams_the_aggregated_turns(streamed, "agent")
     assert [call["name"] for call in streamed[0][0].tool_call_chunks] == ["multiply"]
 
 

@@ -14,7 +14,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMiddleware
 from langchain.agents.structured_output import ProviderStrategy, ToolStrategy
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessageChunk, HumanMessage
+from langchain_core.messages import HumanMessage
 from langchain_core.tracers import BaseTracer
 from langchain_core.tracers.schemas import Run
 from pydantic import BaseModel
@@ -22,8 +22,8 @@ from pydantic import BaseModel
 from aggregate_graph import AggregatingChatModel, AggregationMiddleware, SampleSet
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.testing import tool_calls_reply
-from tests.conftest import chat, joined_by_message
-from tests.test_agents import counting_multiply
+from tests.conftest import chat
+from tests.test_agents import assert_streams_the_aggregated_turns, counting_multiply
 
 QUESTION = "What is 6 times 7?"
 
@@ -134,11 +134,7 @@ def test_stream_mode_messages_shows_the_aggregated_messages_only(serve):
     multiply, _ = counting_multiply()
     agent = create_agent(chat(server), [multiply], middleware=[AggregationMiddleware(n=3)])
     streamed = list(agent.stream({"messages": [HumanMessage(QUESTION)]}, stream_mode="messages"))
-    assert joined_by_message(streamed) == [
-        ("", "model"), ("42", "tools"), ("6 times 7 is 42. The answer is 42.", "model")
-    ]  # fmt: skip
-    answer = [chunk for chunk, _ in streamed if chunk.id == streamed[-1][0].id]
-    assert len(answer) >= 2 and all(isinstance(chunk, AIMessageChunk) for chunk in answer)
+    assert_streams_the_aggregated_turns(streamed, "model")
 
 
 class _Runs(BaseTracer):
