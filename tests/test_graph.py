@@ -373,7 +373,9 @@ def test_strict_msgpack_resume_with_a_checkpointer_from_the_config(serve):
 @pytest.mark.parametrize("run", ["sync", "async"])
 def test_concurrency_is_bounded(serve, run):
     server = serve(["#### 42"], latency_s=0.1)
-    graph = build_aggregate_graph(chat(server), n=6, policy=CandidatePolicy(use_n=False), max_concurrency=2)
+    graph = build_aggregate_graph(
+        chat(server), n=6, policy=CandidatePolicy(use_n=False), max_concurrency=2, settle=False
+    )
     out = graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
     assert len(out["sample_set"].succeeded) == 6 and server.max_in_flight == 2
 
@@ -389,6 +391,7 @@ def test_the_bound_holds_for_a_pool_of_samplers_and_a_run_configs_max_concurrenc
         system_prompts=["Be brief.", "Show your work.", "Check twice."],
         policy=CandidatePolicy(use_n=False),
         max_concurrency=built,
+        settle=False,  # every candidate drawn: the bound is what is measured
     )
     config = {"max_concurrency": at_run} if at_run else None
     out = graph.invoke(ASK, config) if run == "sync" else asyncio.run(graph.ainvoke(ASK, config))

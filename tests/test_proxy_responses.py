@@ -50,7 +50,7 @@ async def test_a_streamed_agents_sdk_run_gets_the_same(serve) -> None:
 
 def test_the_openai_client_gets_a_response_plain_and_streamed(serve) -> None:
     upstream = serve(math_replies, apis=("responses",))
-    with proxy_for(upstream, n=3) as url:
+    with proxy_for(upstream, n=3, settle=False) as url:  # every candidate, to check the votes and the calls
         client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
         response = client.responses.create(model="gpt-test", input="What is 6 times 7?", max_output_tokens=64)
         with client.responses.stream(model="gpt-test", input="What is 6 times 7?", tools=[MULTIPLY]) as stream:

@@ -23,6 +23,7 @@ FACE = {
     "AggregateNode",
     "AggregatingChatModel",
     "AggregationMiddleware",
+    "AggregationOptions",
     "checkpoint_serde",
     "Sampler",
     "CandidatePolicy",
