@@ -91,7 +91,7 @@ def timed_sync(create: Any, question: str) -> tuple[float, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--questions", type=int, default=200)
     args = parser.parse_args()
     pool = [one_model(s, "gpt-3.5-turbo") for s in load_faithful_cot() if not is_reserved(s)]
     sets = [s for s in pool if len(s.candidates) == 5][: args.questions]
@@ -159,7 +159,8 @@ def main() -> int:
     rows.pop("warm-up")
     base_median, base_p90 = statistics.median(single["latency"]), quantile(single["latency"], 0.9)
     print(
-        f"{len(questions)} questions ({len(clear)} with a clear majority); single call median {base_median * 1000:.0f} ms, p90 {base_p90 * 1000:.0f} ms"
+        f"{len(questions)} questions ({len(clear)} with a clear majority); single call median "
+        f"{base_median * 1000:.0f} ms, p90 {base_p90 * 1000:.0f} ms"
     )
     header = ("configuration", "median ÷", "p90 ÷", "tokens ÷ n·1", "÷ wait", "clear-majority ÷ wait", "aborted")
     print(f"{header[0]:<30} {header[1]:>8} {header[2]:>6} {header[3]:>12} {header[4]:>7} {header[5]:>21} {header[6]:>7}"
