@@ -54,6 +54,7 @@ test-vllm: install vllm-env
 
 bench: install
 	$(BIN)/python benchmarks/fanout.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/settle_latency.py
 	$(BIN)/python benchmarks/aggregator.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/aggregator_cost.py
 	$(BIN)/python benchmarks/proxy_load.py

@@ -141,8 +141,11 @@ async def fanout_rows(
     model = ChatOpenAI(base_url=base_url, api_key="x", model="m", max_retries=0)
     prompt, messages = [HumanMessage(QUESTION)], [{"role": "user", "content": QUESTION}]
     for n, target in targets.items():
-        graph = build_aggregate_graph(model, n=n, policy=policy)
-        wrapped = wrap_openai(AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0), n=n, policy=policy)
+        # settle off: both sides make the same N requests (settling's own gain: benchmarks/settle_latency.py)
+        graph = build_aggregate_graph(model, n=n, policy=policy, settle=False)
+        wrapped = wrap_openai(
+            AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0), n=n, policy=policy, settle=False
+        )
         t = await _interleaved(
             {
                 "graph": lambda graph=graph: graph.ainvoke({"messages": prompt}),
