@@ -310,9 +310,8 @@ class _Nodes:
             return self._drawn(draw, draw_singles(draw, sampler, policy, config, report, settling=settling), settling)
         if settling is not None and settling.settled:
             return self._drawn(draw, [])
-        candidates = draw_candidates(draw, sampler, self.policy, config)
-        report(candidates)
-        return self._drawn(draw, candidates)
+        candidates = draw_candidates(draw, sampler, self.policy, config, on_drawn=report, settling=settling)
+        return self._drawn(draw, candidates, settling)
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         sampler = self.pool[draw.sampler_index]
@@ -321,15 +320,12 @@ class _Nodes:
         if (policy := self._wave_policy(draw)) is not None:
             drawn = await adraw_singles(draw, sampler, policy, config, report, settling=settling)
             return self._drawn(draw, drawn, settling)
-        if settling is None:
-            candidates = await adraw_candidates(draw, sampler, self.policy, config)
-        elif settling.settled:
+        if settling is not None and settling.settled:
             return self._drawn(draw, [])
-        else:
-            task = asyncio.ensure_future(adraw_candidates(draw, sampler, self.policy, config))
-            candidates = await settled_or_drawn(settling, task)
-        report(candidates)
-        return self._drawn(draw, candidates, settling)
+        drawing = adraw_candidates(draw, sampler, self.policy, config, on_drawn=report, settling=settling)
+        if settling is None:
+            return self._drawn(draw, await drawing)
+        return self._drawn(draw, await settled_or_drawn(settling, asyncio.ensure_future(drawing)), settling)
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
         """The set to aggregate, its answers read as one set (a sentence backs one of the set's short answers)."""

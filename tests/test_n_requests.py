@@ -40,7 +40,7 @@ def test_injected_failures_leave_survivors_and_record_every_candidate(serve, rat
 @pytest.mark.parametrize("run", ["sync", "async"])
 def test_a_failed_n_request_falls_back_to_single_requests(serve, run):
     server = serve(["#### 42"], fail_first=1, failure_status=500)
-    graph = build_aggregate_graph(chat(server), n=5, policy=CandidatePolicy(max_attempts=1))
+    graph = build_aggregate_graph(chat(server), n=5, policy=CandidatePolicy(max_attempts=1), settle=False)
     out = graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
     assert len(out["sample_set"].succeeded) == 5 and server.requests[0]["n"] == 5
     assert [r.get("n") for r in server.requests[1:]] == [None] * 5

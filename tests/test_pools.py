@@ -22,6 +22,7 @@ from training.pools import (
     load_faithful_cot,
     load_gpt3_solutions,
     load_qwen_math,
+    load_zeroeval,
     pool_metrics,
 )
 
@@ -250,3 +251,19 @@ def test_gsm8k_test_15_abstentions_do_not_vote(faithful_cot):
     assert result.details["abstentions"][str(column)] == "cannot be determined"
     assert s.candidates[column].answer is None and s.candidates[column].text.startswith("The answer cannot")
     assert sorted(result.details["abstentions"].values()).count("[invalid]") == 6
+
+
+def test_zeroeval_loads_only_the_build_split_and_grades_with_the_runtime_reader():
+    sets = load_zeroeval("build")
+    assert len(sets) == 180 and all(s.metadata["problem_id"] % 4 == 1 for s in sets)
+    assert all(len(s.candidates) > 35 for s in sets)  # one reply per model of the 43 (a few missing)
+    first = next(s for s in sets if s.metadata["problem_id"] == 1)
+    athene = next(c for c in first.candidates if c.model == "Athene-70B")
+    assert athene.answer == "7" and athene.params["correct"] is False and first.gold == "18"  # its JSON `answer`
+    accuracy = {
+        model: sum(c.params["correct"] for s in sets for c in s.candidates if c.model == model) / len(sets)
+        for model in ("o1-mini-2024-09-12", "gemma-2-2b-it")
+    }
+    assert accuracy["o1-mini-2024-09-12"] > 0.85 and accuracy["gemma-2-2b-it"] < 0.1  # the card's 89% and 4%
+    with pytest.raises(ValueError, match="split must be one of build, report"):
+        load_zeroeval("even")

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 from langchain_core.language_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
+from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import AggregationOptions, build_aggregate_graph
+from aggregate_graph import AggregationOptions, build_aggregate_graph, sample_sets_from, wrap_openai
 from aggregate_graph.aggregators.choice import SSAChoiceAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
@@ -19,6 +21,7 @@ from aggregate_graph.graph import _Nodes
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
 from aggregate_graph.testing.openai_server import OpenAITestServer
+from tests.test_proxy import CLIENT_KEY, proxy_for
 from training.data import one_model
 from training.pools import FAITHFUL_COT_LMS, is_reserved, load_faithful_cot, load_gpt3_solutions
 
@@ -145,3 +148,36 @@ def test_a_trained_aggregator_settles_only_when_it_would_skip_the_model_as_unani
     ssa = SSAChoiceAggregator(FakeListChatModel(responses=["A"]))  # never asked: the rule reads the vote
     assert ssa.settled(candidates("42", "42", "42"), 2)  # unanimous, and 3 > 2: the vote's answer, as on any
     assert not ssa.settled(candidates("42", "42", "42", "41"), 0)  # two answers: the model reads them all
+
+
+def test_the_proxy_streams_the_settled_answer_without_waiting_for_the_slow_candidates():
+    latencies = [0.05, 0.1, 0.15, 5.0, 5.0]  # the vote is settled by the third 42
+    with OpenAITestServer(["The answer is 42."], latency_s=by_arrival(latencies), n_mode="reject") as upstream:
+        with proxy_for(upstream, n=5) as url:
+            client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+            started = time.perf_counter()
+            stream = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+            text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+            elapsed = time.perf_counter() - started
+            deadline = time.monotonic() + 5
+            while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert text == "The answer is 42." and elapsed < 2.0
+        assert upstream.stats()["aborted"] == 2 and upstream.stats()["samples_served"] == 3
+
+
+def test_a_wrapped_async_client_settles_too():
+    latencies = [0.05, 0.1, 0.15, 5.0, 5.0]
+    with OpenAITestServer(["The answer is 42."], latency_s=by_arrival(latencies), n_mode="reject") as upstream:
+
+        async def call() -> Any:
+            client = wrap_openai(AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+            return await client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+
+        started = time.perf_counter()
+        completion = asyncio.run(call())
+        assert time.perf_counter() - started < 2.0
+        (sample_set,) = sample_sets_from(completion)
+        assert sample_set.aggregation.answer == "42" and len(sample_set.metadata["cancelled"]) == 2

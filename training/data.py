@@ -14,6 +14,7 @@ from training.pools import (
     load_faithful_cot,
     load_gpt3_solutions,
     load_qwen_math,
+    load_zeroeval,
     question_key,
     reserved_questions,
 )
@@ -29,6 +30,7 @@ POOLS: dict[str, Callable[[], list[SampleSet]]] = {
     "faithful_cot": load_faithful_cot,
     "gpt3_solutions": load_gpt3_solutions,
     "qwen_math": load_qwen_math,
+    "zeroeval_build": lambda: load_zeroeval("build"),  # id % 4 == 1; the report split is read once, by name
 }
 
 

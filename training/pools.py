@@ -246,6 +246,57 @@ def load_qwen_math(data: str | Path | None = None, *, abstentions: Sequence[str]
     return sets
 
 
+ZEROEVAL_SPLITS = {"build": 1, "report": 3}  # id % 4: build, train and choose on 1; read 3 once, for the final report
+
+
+def load_zeroeval(
+    split: str, data: str | Path | None = None, *, abstentions: Sequence[str] = ABSTENTIONS
+) -> list[SampleSet]:
+    """ZeroEval MATH level 5: one greedy reply from each of 43 LLMs of 2024 per problem (odd problem ids only).
+
+    `split` is "build" (`id % 4 == 1`: build, train, calibrate and choose on it) or "report" (`id % 4 == 3`: read
+    once, for a final report). The even ids are held back for evaluation outside the team: they are not in the
+    file and no split names them. Each reply's answer is read by the runtime's reader (`read_answers`, as
+    "math": JSON `answer` fields, `\\boxed{}`, stated answers), not the file's `answer` field; `params["correct"]`
+    is graded here with the runtime's equivalence against `gold` (the file's own verdict is crude)."""
+    from aggregate_graph.reading.answer_types import read_answers
+
+    if split not in ZEROEVAL_SPLITS:
+        raise ValueError(f"split must be one of {', '.join(ZEROEVAL_SPLITS)}, got {split!r}")
+    sets = []
+    for row in read_jsonl(_file(data, "samples/zeroeval_math_l5/pools_odd.jsonl")):
+        if row["id"] % 2 == 0:
+            raise ValueError(f"zeroeval id {row['id']} is even: those problems are held back, never read them")
+        if row["id"] % 4 != ZEROEVAL_SPLITS[split]:
+            continue
+        texts = [sample["output"] or "" for sample in row["samples"]]
+        reading = read_answers(row["problem"], texts, "math", abstentions=abstentions)
+        candidates = [
+            Candidate(
+                index=j,
+                text=text,
+                answer=answer,
+                abstention=abstention,
+                model=sample["model"],
+                params={"correct": answer is not None and equivalent(answer, row["gold"])},
+            )
+            for j, (sample, text, answer, abstention) in enumerate(
+                zip(row["samples"], texts, reading.answers, reading.abstentions, strict=True)
+            )
+        ]
+        sets.append(
+            SampleSet(
+                id=f"zeroeval-math-l5-{row['id']}",
+                question=row["problem"],
+                gold=row["gold"],
+                candidates=candidates,
+                requested_n=len(candidates),
+                metadata={"source": "zeroeval_math_l5", "problem_id": row["id"], "split": split},
+            )
+        )
+    return sets
+
+
 def load_benchmark(name_or_path: str | Path, data: str | Path | None = None) -> list[SampleSet]:
     """A benchmark as question + gold sample sets without candidates: a name from `BENCHMARKS` (`gsm8k`,
     `gsm8k_train`, `math500`, `math_train`) or a path to a GSM8K-style (`question`, `answer` ending in `#### N`)

@@ -249,6 +249,19 @@ def _after_failed_n(
     return probe + (yield _Subdraw(rest, left, singles=True))
 
 
+def _once(on_drawn: OnDrawn | None) -> OnDrawn:
+    """`on_drawn`, told of each candidate index once: a draw reports what its sub-draws did not."""
+    told: set[int] = set()
+
+    def report(candidates: list[Candidate]) -> None:
+        new = [c for c in candidates if c.index not in told]
+        told.update(c.index for c in new)
+        if new and on_drawn is not None:
+            on_drawn(new)
+
+    return report
+
+
 def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
     return Draw(draw.sampler_index, indices, draw.messages, draw.wave, settle_key=draw.settle_key)
 
@@ -260,15 +273,19 @@ def draw_candidates(
     config: RunnableConfig | None = None,
     *,
     direct: bool | None = None,
+    on_drawn: OnDrawn | None = None,
+    settling: Settling | None = None,
 ) -> list[Candidate]:
     """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it.
 
     One sample gets the policy's attempts. Several in one `n` request get one attempt — the request is
     all-or-nothing — and, when it fails, the samples are asked for one by one (`after_failed_n`) within the same
     deadline; what the endpoint did with `n` is remembered (`n_support`). `direct`: whether the requests skip
-    LangChain's path (`replies_directly`, decided here when None)."""
+    LangChain's path (`replies_directly`, decided here when None). `on_drawn` is told of each candidate once, as
+    it lands (those asked for one by one, each on its own; `settling` sees them and stops the rest once settled)."""
     direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
+    report = _once(on_drawn)
 
     def call() -> Reply:
         if direct:
@@ -286,13 +303,16 @@ def draw_candidates(
                 return time.sleep(seconds)
             case _Retried(rest):
                 return retrying(rest, Retrying)(attempt)
-            case _Subdraw(sub, left, singles):
-                return (draw_singles if singles else draw_candidates)(sub, sampler, left, config, direct=direct)
+            case _Subdraw(sub, left, True):
+                return draw_singles(sub, sampler, left, config, report, direct=direct, settling=settling)
+            case _Subdraw(sub, left, False):
+                return draw_candidates(sub, sampler, left, config, direct=direct, on_drawn=report, settling=settling)
 
     plan = _plan(draw, sampler, policy)
     step = _resume(plan, _Outcome())
     while not isinstance(step, _Done):
         step = _resume(plan, _capture(take, step))
+    report(step.value)
     return step.value
 
 
@@ -332,10 +352,13 @@ async def adraw_candidates(
     config: RunnableConfig | None = None,
     *,
     direct: bool | None = None,
+    on_drawn: OnDrawn | None = None,
+    settling: Settling | None = None,
 ) -> list[Candidate]:
     """Async `draw_candidates`."""
     direct = replies_directly(sampler, config) if direct is None else direct
     k, messages = len(draw.indices), sampler.prompt(draw.messages)
+    report = _once(on_drawn)
 
     async def call() -> Reply:
         if direct:
@@ -360,14 +383,17 @@ async def adraw_candidates(
                 return await asyncio.sleep(seconds)
             case _Retried(rest):
                 return await retrying(rest, AsyncRetrying)(attempt)
-            case _Subdraw(sub, left, singles):
-                drawer = adraw_singles if singles else adraw_candidates
-                return await drawer(sub, sampler, left, config, direct=direct)
+            case _Subdraw(sub, left, True):
+                return await adraw_singles(sub, sampler, left, config, report, direct=direct, settling=settling)
+            case _Subdraw(sub, left, False):
+                drawn = adraw_candidates(sub, sampler, left, config, direct=direct, on_drawn=report, settling=settling)
+                return await drawn
 
     plan = _plan(draw, sampler, policy)
     step = _resume(plan, _Outcome())
     while not isinstance(step, _Done):
         step = _resume(plan, await _acapture(take, step))
+    report(step.value)
     return step.value
 
 

@@ -1,0 +1,95 @@
+"""The aggregators on modern models' answers: ZeroEval MATH level 5, build split (`id % 4 == 1`, 180 problems).
+
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/zeroeval_vote.py [--draws 4] [--ssa-draws 1]
+
+Sets of five replies from the 43 LLMs of 2024: five random models per problem (`--draws` sets each, seeded), and
+five random models of the ten strongest (ranked by accuracy on this split). Accuracy (%) of majority vote,
+WeightedVote with the shipped weights (no ZeroEval model among its sources: the vote classes weigh them),
+WeightedVote fit without labels on these very sets (Dawid–Skene on agreement between the models), and the shipped
+SSA in-process (`--ssa-draws` sets per problem, with its time per set), with 95% bootstrap intervals of each
+one's gain over majority on the same sets. The report split (`id % 4 == 3`) is not read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections import defaultdict
+
+from aggregate_graph import SampleSet
+from aggregate_graph.aggregators import MajorityVote, fit_weighted_vote
+from aggregate_graph.aggregators.registry import load_aggregator
+from aggregate_graph.errors import AggregationError
+from aggregate_graph.reading.answers import equivalent
+from training.pools import load_zeroeval
+
+
+def five_of(sample_set: SampleSet, models: list[str], rng: random.Random) -> SampleSet:
+    chosen = set(rng.sample(models, 5))
+    picked = [c for c in sample_set.candidates if c.model in chosen]
+    candidates = [c.model_copy(update={"index": i}) for i, c in enumerate(picked)]
+    return sample_set.model_copy(update={"candidates": candidates, "requested_n": len(candidates)})
+
+
+def right(aggregator, sample_set: SampleSet) -> tuple[bool, float]:
+    started = time.perf_counter()
+    try:
+        answer = aggregator.invoke(sample_set).answer
+    except AggregationError:
+        answer = None
+    return answer is not None and equivalent(answer, sample_set.gold), time.perf_counter() - started
+
+
+def gain_interval(wins: list[bool], base: list[bool], rng: random.Random) -> str:
+    diffs = [int(a) - int(b) for a, b in zip(wins, base, strict=True)]
+    means = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
+    return f"{100 * statistics.fmean(diffs):+.1f} [{100 * means[50]:+.1f}, {100 * means[1949]:+.1f}]"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--draws", type=int, default=4)
+    parser.add_argument("--ssa-draws", type=int, default=1)
+    args = parser.parse_args()
+    sets = load_zeroeval("build")
+    accuracy: dict[str, list[bool]] = defaultdict(list)
+    for s in sets:
+        for c in s.candidates:
+            accuracy[c.model].append(c.params["correct"])
+    ranked = sorted(accuracy, key=lambda m: -statistics.fmean(accuracy[m]))
+    print(f"{len(sets)} problems; models {len(ranked)}; strongest: {', '.join(ranked[:10])}")
+    rng = random.Random(0)
+    pools = {
+        "five random models": [five_of(s, ranked, rng) for s in sets for _ in range(args.draws)],
+        "five of the ten strongest": [five_of(s, ranked[:10], rng) for s in sets for _ in range(args.draws)],
+    }
+    ssa = load_aggregator("ssa")
+    for label, pool in pools.items():
+        unsupervised = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
+        aggregators = {
+            "majority": MajorityVote(),
+            "weighted (shipped)": load_aggregator("weighted"),
+            "weighted (fit without labels)": unsupervised,
+        }
+        results = {name: [right(agg, s)[0] for s in pool] for name, agg in aggregators.items()}
+        print(f"\n{label}: {len(pool)} sets")
+        print(f"{'aggregator':<32} {'accuracy %':>10}  gain over majority [95%]")
+        for name, wins in results.items():
+            print(f"{name:<32} {100 * statistics.fmean(wins):>10.1f}  {gain_interval(wins, results['majority'], rng)}")
+        ssa_sets = pool[:: args.draws][:] if args.ssa_draws == 1 else pool[: len(sets) * args.ssa_draws]
+        timed = [right(ssa, s) for s in ssa_sets]
+        base = [right(MajorityVote(), s)[0] for s in ssa_sets]
+        wins = [w for w, _ in timed]
+        seconds = sorted(t for _, t in timed)
+        print(
+            f"{'ssa (shipped, in-process)':<32} {100 * statistics.fmean(wins):>10.1f}  "
+            f"{gain_interval(wins, base, rng)} on {len(ssa_sets)} sets; "
+            f"{statistics.median(seconds):.2f} s median, {seconds[int(0.9 * len(seconds))]:.2f} s p90 per set"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
