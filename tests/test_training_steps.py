@@ -238,7 +238,8 @@ def test_build_config_checks_its_values_when_made(capsys) -> None:
     [
         (
             ["weights", "--sample-sets", "/nope", "--output", "w.json"],
-            "error: /nope: no such sample-set JSONL file, nor a pool name (faithful_cot, gpt3_solutions, qwen_math)\n",
+            "error: /nope: no such sample-set JSONL file, nor a pool name (faithful_cot, gpt3_solutions, qwen_math, "
+            "zeroeval_build)\n",
         ),
         (
             ["weights", "/nope.yaml"],
