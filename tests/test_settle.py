@@ -10,9 +10,10 @@ from typing import Any
 
 from langchain_core.language_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.memory import InMemorySaver
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import AggregationOptions, build_aggregate_graph, sample_sets_from, wrap_openai
+from aggregate_graph import AggregationOptions, build_aggregate_graph, checkpoint_serde, sample_sets_from, wrap_openai
 from aggregate_graph.aggregators.choice import SSAChoiceAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
@@ -181,3 +182,17 @@ def test_a_wrapped_async_client_settles_too():
         assert time.perf_counter() - started < 2.0
         (sample_set,) = sample_sets_from(completion)
         assert sample_set.aggregation.answer == "42" and len(sample_set.metadata["cancelled"]) == 2
+
+
+def test_under_a_checkpointer_the_candidates_own_tasks_share_the_settling():
+    # with a checkpointer each candidate is its own LangGraph task: the wave's tasks settle together
+    with OpenAITestServer(
+        ["The answer is 42."], latency_s=by_arrival([0.05, 0.1, 0.15, 5.0, 5.0]), n_mode="reject"
+    ) as s:
+        graph = build_aggregate_graph(
+            chat(s), n=5, policy={"use_n": False}, checkpointer=InMemorySaver(serde=checkpoint_serde())
+        )
+        started = time.perf_counter()
+        out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}, {"configurable": {"thread_id": "t"}}))
+        assert time.perf_counter() - started < 2.0
+        assert len(out["sample_set"].candidates) == 3 and len(out["sample_set"].metadata["cancelled"]) == 2
