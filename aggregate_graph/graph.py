@@ -70,7 +70,22 @@ _SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
     """A checkpoint serializer that restores this package's state types (plus `extra` ones) without warnings,
-    also under LANGGRAPH_STRICT_MSGPACK: `InMemorySaver(serde=checkpoint_serde())`."""
+    also under LANGGRAPH_STRICT_MSGPACK.
+
+    Args:
+        *extra: more (module, type name) pairs to allow, for your own state's types.
+
+    Returns:
+        LangGraph's `JsonPlusSerializer` with those types allowed.
+
+    Example:
+        ```python
+        from langgraph.checkpoint.memory import InMemorySaver
+        from aggregate_graph import checkpoint_serde
+
+        saver = InMemorySaver(serde=checkpoint_serde(("my_app.state", "Ticket")))
+        ```
+    """
     return JsonPlusSerializer(allowed_msgpack_modules=[*MSGPACK_TYPES, *extra])
 
 
@@ -466,6 +481,32 @@ def build_aggregate_graph(
     of answer to read from each candidate: "auto" (chosen per question: `answer_types.infer_answer_type`), "math",
     "choice", "boolean", "span", a compiled regular expression or a function of the text (`answer_types`).
     The output state has `messages` (ending in the aggregated AIMessage) and `sample_set`.
+
+    Args:
+        model: the candidates' chat model, a spec string, a `Sampler`, or a list of them (the pool).
+        n: candidates per question (`options.n`).
+        options: an `AggregationOptions`; its fields may also be given as keywords (`fields`), which replace it.
+        checkpointer: as in `StateGraph.compile`; False: never checkpoint, even inside a parent that does.
+        store: where each sample set is logged (`log_namespace`), e.g. for training an aggregator later.
+        log_namespace: the store namespace of the sample-set log.
+        name: the compiled graph's name.
+        **fields: `AggregationOptions` fields (`aggregator`, `answer_type`, `settle`, …).
+
+    Returns:
+        The compiled graph (a Runnable) over `AggregateState`.
+
+    Example:
+        ```python
+        from langchain_openai import ChatOpenAI
+        from aggregate_graph import build_aggregate_graph
+        from aggregate_graph.testing import OpenAITestServer
+
+        with OpenAITestServer(["The answer is 42.", "42", "It is 41."]) as server:
+            model = ChatOpenAI(base_url=server.base_url, api_key="sk-test", model="any", max_retries=0)
+            out = build_aggregate_graph(model, n=3).invoke({"messages": [("user", "What is 6 times 7?")]})
+        assert out["messages"][-1].content == "The answer is 42."
+        assert out["sample_set"].aggregation.votes == {"42": 2.0, "41": 1.0}
+        ```
     """
     options = AggregationOptions.of(options, **({"n": n} if n is not None else {}), **fields)
     adaptive = options.adaptive

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import re
 import subprocess
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
 
 import aggregate_graph
+from aggregate_graph.aggregators import registry
 from tests.test_docs import PAGES, read_blocks
 
 ROOT = Path(__file__).parents[1]
@@ -209,3 +213,20 @@ def test_nothing_in_the_repository_imports_a_moved_name_the_old_way():
         for where, module, name in found
         if (module, name) in MOVED or module in MOVED_MODULES
     ] == []
+
+
+def _examples(doc: str) -> list[str]:
+    """The ```python blocks of a docstring's Example section, dedented."""
+    _, _, example = doc.partition("Example:")
+    return [textwrap.dedent(block) for block in re.findall(r"```python\n(.*?)```", example, re.S)]
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in aggregate_graph.__all__ if inspect.isfunction(getattr(aggregate_graph, n))]
+)
+def test_each_public_function_says_its_args_and_returns_and_its_example_runs(name: str, monkeypatch) -> None:
+    doc = inspect.getdoc(getattr(aggregate_graph, name)) or ""
+    assert "Args:" in doc and "Returns:" in doc, f"{name}'s docstring needs Args: and Returns: sections"
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))  # an example's registration stays there
+    for block in _examples(doc):
+        exec(compile(block, f"<{name} example>", "exec"), {})

@@ -152,7 +152,26 @@ def register(aggregator: str, factory: Factory, *, replace: bool = False) -> Fac
 def register(aggregator: Any, factory: Any = None, *, replace: bool = False) -> Any:
     """Register an aggregator: `@register` on a class (its `name`, built by its `from_options`, else by the class
     itself), or `register("mine", factory)` with any function of keyword options. Every surface then takes the
-    name. A name taken already is an error unless `replace=True`."""
+    name. A name taken already is an error unless `replace=True`.
+
+    Args:
+        aggregator: an Aggregator class with a `name`, or the name for `factory`.
+        factory: a function of keyword options returning an aggregator (with a name only).
+        replace: whether to replace a registration of that name.
+
+    Returns:
+        What was given (`@register` leaves the class as it is).
+
+    Example:
+        ```python
+        from aggregate_graph import Aggregation, Candidate, SampleSet, load_aggregator, register
+        from aggregate_graph.aggregators import MajorityVote
+
+        register("majority_of_three", lambda: MajorityVote(), replace=True)
+        votes = SampleSet(question="q", candidates=[Candidate(index=i, text=a, answer=a) for i, a in enumerate("778")])
+        assert load_aggregator("majority_of_three").invoke(votes).answer == "7"
+        ```
+    """
     if isinstance(aggregator, type):
         name, factory = getattr(aggregator, "name", None), getattr(aggregator, "from_options", aggregator)
         if not isinstance(name, str) or not name:
@@ -235,6 +254,21 @@ def load_aggregator(name: str, **options: Any) -> Runnable[SampleSet, Aggregatio
 
     Other keyword options go to the aggregator (`k`, `max_candidate_tokens`, `fallback`, …); `aggregator_names()`
     lists the names.
+
+    Args:
+        name: a registered name.
+        **options: the aggregator's options; one it does not take is a `ValueError` listing those it does.
+
+    Returns:
+        The aggregator, a Runnable from `SampleSet` to `Aggregation`.
+
+    Example:
+        ```python
+        from aggregate_graph import Candidate, SampleSet, load_aggregator
+
+        votes = SampleSet(question="q", candidates=[Candidate(index=i, text=a, answer=a) for i, a in enumerate("778")])
+        assert load_aggregator("majority").invoke(votes).answer == "7"
+        ```
     """
     return registration(name).build(options)
 

@@ -88,7 +88,14 @@ def completion(plan: Plan, sample_sets: list[SampleSet]) -> ChatCompletion:
 
 def sample_sets_from(response: Any) -> list[SampleSet]:
     """The sample sets behind a response of `wrap_openai` or the proxy (a ChatCompletion, the last chunk of a
-    stream, or their JSON), one per choice; [] for a response that was not aggregated."""
+    stream, a Response, or their JSON), one per choice; [] for a response that was not aggregated.
+
+    Args:
+        response: what a wrapped client or the proxy returned.
+
+    Returns:
+        The `SampleSet`s, each with its candidates and aggregation (see `wrap_openai`'s example).
+    """
     raw = response.get(SAMPLE_SETS_FIELD) if isinstance(response, dict) else getattr(response, SAMPLE_SETS_FIELD, None)
     return [SampleSet.model_validate(s) for s in raw or []]
 

@@ -115,6 +115,34 @@ def wrap_openai(
     (an `openai.APIError` for mixed causes) — which is also a `QuorumError` carrying the sample set
     (`openai_compat.quorum_errors`); a streamed call raises it at `create()`. `client.with_options(...)` returns a
     wrapped copy.
+
+    Args:
+        client: an `openai.OpenAI` or `openai.AsyncOpenAI` (Azure included).
+        n: candidates per call (`options.n`).
+        options: an `AggregationOptions`; its fields may also be given as keywords (`fields`), which replace it.
+        aggregator: a registered name or an Aggregator (default: `options.aggregator`).
+        aggregator_client: the client a model-backed aggregator asks (default: `client`).
+        aggregator_model: the model it asks (default: the request's model).
+        aggregator_weights: a WeightedVote file, for aggregators that take weights.
+        store: where each sample set is logged.
+        **fields: `AggregationOptions` fields (`min_candidates`, `answer_type`, `settle`, …).
+
+    Returns:
+        The same client, its chat completions and Responses calls answered with aggregations.
+
+    Example:
+        ```python
+        from openai import OpenAI
+        from aggregate_graph import sample_sets_from, wrap_openai
+        from aggregate_graph.testing import OpenAITestServer
+
+        with OpenAITestServer(["The answer is 42.", "42", "It is 41."]) as server:
+            client = wrap_openai(OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0), n=3)
+            question = [{"role": "user", "content": "What is 6 times 7?"}]
+            completion = client.chat.completions.create(model="any", messages=question)
+        assert completion.choices[0].message.content == "The answer is 42."
+        assert sample_sets_from(completion)[0].aggregation.answer == "42"
+        ```
     """
     completions: Any = client.chat.completions
     if getattr(completions, WRAPPED_ATTRIBUTE, None) is not None:

@@ -195,6 +195,22 @@ def extract_answer(text: str | None, *, last_number: bool = True) -> str | None:
     opening "Answer:" that labels the reasoning after it, nor a question restated there, a markdown "## Answer"
     heading's line), and finally (unless `last_number=False`, as for a cut-off solution) the last number.
     An abstention ("unknown", "cannot be determined") is returned as stated: `stated_answer` screens it out.
+
+    Args:
+        text: a candidate's reply.
+        last_number: whether the last number counts when nothing states an answer.
+
+    Returns:
+        The answer as written (None when the text states none).
+
+    Example:
+        ```python
+        from aggregate_graph import extract_answer
+
+        assert extract_answer(r"3 * 6 = 18, so the answer is \\boxed{18}.") == "18"
+        assert extract_answer('{"reasoning": "…", "answer": "Canberra"}') == "Canberra"
+        assert extract_answer("I am not sure.", last_number=False) is None
+        ```
     """
     return _extract(text, last_number)[0]
 
