@@ -91,6 +91,13 @@ def is_reserved(sample_set: SampleSet, reserved: frozenset[str] | None = None) -
     return question_key(sample_set.question) in (reserved_questions() if reserved is None else reserved)
 
 
+def _pool_set(id: str, question: str, gold: str | None, candidates: list[Candidate], **metadata: Any) -> SampleSet:
+    """A pool's sample set: every candidate asked for, and where it comes from (`source`, `problem_id`, …)."""
+    return SampleSet(
+        id=id, question=question, gold=gold, candidates=candidates, requested_n=len(candidates), metadata=metadata
+    )
+
+
 def _gsm8k_gold(solution: str) -> str:
     return solution.rsplit("####", 1)[-1].strip()
 
@@ -167,13 +174,13 @@ def load_faithful_cot(
                 )
             )
         sets.append(
-            SampleSet(
-                id=f"gsm8k-test-{i}",
-                question=problem["question"],
-                gold=_gsm8k_gold(problem["answer"]),
-                candidates=candidates,
-                requested_n=len(candidates),
-                metadata={"source": "faithful_cot_gsm8k", "problem_id": i},
+            _pool_set(
+                f"gsm8k-test-{i}",
+                problem["question"],
+                _gsm8k_gold(problem["answer"]),
+                candidates,
+                source="faithful_cot_gsm8k",
+                problem_id=i,
             )
         )
     return sets
@@ -234,13 +241,14 @@ def load_qwen_math(data: str | Path | None = None, *, abstentions: Sequence[str]
             for j in range(len(responses))
         ]
         sets.append(
-            SampleSet(
-                id=f"math-test-{row['idx']}",
-                question=row["question"],
-                gold=row["gt"],
-                candidates=candidates,
-                requested_n=len(candidates),
-                metadata={"source": "qwen25math_math_cot_100", "problem_id": int(row["idx"]), "level": row["level"]},
+            _pool_set(
+                f"math-test-{row['idx']}",
+                row["question"],
+                row["gt"],
+                candidates,
+                source="qwen25math_math_cot_100",
+                problem_id=int(row["idx"]),
+                level=row["level"],
             )
         )
     return sets
@@ -285,13 +293,14 @@ def load_zeroeval(
             )
         ]
         sets.append(
-            SampleSet(
-                id=f"zeroeval-math-l5-{row['id']}",
-                question=row["problem"],
-                gold=row["gold"],
-                candidates=candidates,
-                requested_n=len(candidates),
-                metadata={"source": "zeroeval_math_l5", "problem_id": row["id"], "split": split},
+            _pool_set(
+                f"zeroeval-math-l5-{row['id']}",
+                row["problem"],
+                row["gold"],
+                candidates,
+                source="zeroeval_math_l5",
+                problem_id=row["id"],
+                split=split,
             )
         )
     return sets
