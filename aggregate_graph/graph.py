@@ -36,6 +36,7 @@ from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_c
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Draw,
+    Drawer,
     OnDrawn,
     adraw_candidates,
     adraw_singles,
@@ -318,26 +319,22 @@ class _Nodes:
         return {"candidates": candidates, "cancelled": [i for i in draw.indices if i not in landed]}
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler = self.pool[draw.sampler_index]
         settling = self._settling(draw)
-        report = self._reporter(draw, settling)
+        drawer, report = Drawer(self.pool[draw.sampler_index], config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
-            return self._drawn(draw, draw_singles(draw, sampler, policy, config, report, settling=settling), settling)
-        if settling is not None and settling.settled:
+            return self._drawn(draw, draw_singles(draw, policy, drawer, report), settling)
+        if drawer.not_needed():
             return self._drawn(draw, [])
-        candidates = draw_candidates(draw, sampler, self.policy, config, on_drawn=report, settling=settling)
-        return self._drawn(draw, candidates, settling)
+        return self._drawn(draw, draw_candidates(draw, self.policy, drawer, report), settling)
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
-        sampler = self.pool[draw.sampler_index]
         settling = self._settling(draw)
-        report = self._reporter(draw, settling)
+        drawer, report = Drawer(self.pool[draw.sampler_index], config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
-            drawn = await adraw_singles(draw, sampler, policy, config, report, settling=settling)
-            return self._drawn(draw, drawn, settling)
-        if settling is not None and settling.settled:
+            return self._drawn(draw, await adraw_singles(draw, policy, drawer, report), settling)
+        if drawer.not_needed():
             return self._drawn(draw, [])
-        drawing = adraw_candidates(draw, sampler, self.policy, config, on_drawn=report, settling=settling)
+        drawing = adraw_candidates(draw, self.policy, drawer, report)
         if settling is None:
             return self._drawn(draw, await drawing)
         return self._drawn(draw, await settled_or_drawn(settling, asyncio.ensure_future(drawing)), settling)

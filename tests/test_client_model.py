@@ -21,7 +21,7 @@ from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
 from aggregate_graph.drawing.replies import reply_of
-from aggregate_graph.drawing.sampling import Draw, adraw_candidates, draw_candidates, replies_directly
+from aggregate_graph.drawing.sampling import Draw, Drawer, adraw_candidates, draw_candidates, replies_directly
 from aggregate_graph.drawing.settings import Sampler
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.testing.openai_server import tool_calls_reply
@@ -100,9 +100,9 @@ async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serv
     model = _model(serve(["The answer is unknown."]), is_async=True)
     sampler, draw, recorder = Sampler(model), Draw(0, (0, 1, 2), tuple(PROMPT)), Recorder()
     assert replies_directly(sampler, None) is True
-    direct = await adraw_candidates(draw, sampler, SINGLES)
+    direct = await adraw_candidates(draw, SINGLES, Drawer(sampler))
     assert full_path_calls == []
-    full = await adraw_candidates(draw, sampler, SINGLES, {"callbacks": [recorder]})
+    full = await adraw_candidates(draw, SINGLES, Drawer(sampler, {"callbacks": [recorder]}))
     assert full_path_calls == [1, 1, 1] and sorted(recorder.events) == ["end"] * 3 + ["start"] * 3
     assert _seen(direct) == _seen(full) and [c.text for c in direct] == ["The answer is unknown."] * 3
 
@@ -110,9 +110,9 @@ async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serv
 def test_sync_candidates_take_the_same_paths(serve, full_path_calls) -> None:
     model, recorder = _model(serve(["#### 42"]), is_async=False), Recorder()
     sampler, draw = Sampler(model), Draw(0, (0, 1), tuple(PROMPT))
-    direct = draw_candidates(draw, sampler, SINGLES)
+    direct = draw_candidates(draw, SINGLES, Drawer(sampler))
     assert full_path_calls == []
-    full = draw_candidates(draw, sampler, SINGLES, {"callbacks": [recorder]})
+    full = draw_candidates(draw, SINGLES, Drawer(sampler, {"callbacks": [recorder]}))
     assert full_path_calls == [1, 1] and recorder.events.count("start") == 2
     assert _seen(direct) == _seen(full)
 
@@ -142,7 +142,7 @@ def test_a_global_cache_still_answers_repeated_candidate_requests(serve, full_pa
     sampler, draw = Sampler(_model(server, is_async=False)), Draw(0, (0,), tuple(PROMPT))
     set_llm_cache(InMemoryCache())
     try:
-        first, again = draw_candidates(draw, sampler, SINGLES), draw_candidates(draw, sampler, SINGLES)
+        first, again = draw_candidates(draw, SINGLES, Drawer(sampler)), draw_candidates(draw, SINGLES, Drawer(sampler))
     finally:
         set_llm_cache(None)
     assert first[0].text == again[0].text == "#### 42"

@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 from langchain_core.messages import BaseMessage
@@ -124,6 +124,31 @@ def replies_directly(sampler: Sampler, config: RunnableConfig | None) -> bool:
         return False
     kwargs = _call_kwargs(sampler, 1, config)
     return not sampler.model.observed(kwargs.pop("callbacks"), kwargs)
+
+
+@dataclass(frozen=True)
+class Drawer:
+    """What every request of a node's draw shares: the sampler, the run's `config`, the wave's `settling` (when
+    it settles early), and whether the requests skip LangChain's path (`replies_directly`, decided once here)."""
+
+    sampler: Sampler
+    config: RunnableConfig | None = None
+    settling: Settling | None = None
+    direct: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "direct", replies_directly(self.sampler, self.config))
+
+    def request(self, draw: Draw) -> tuple[list[BaseMessage], dict[str, Any]]:
+        """The messages and keywords of the one request for `draw`'s candidates (`n` when there are several)."""
+        k, messages = len(draw.indices), self.sampler.prompt(draw.messages)
+        if self.direct:
+            return messages, _request_kwargs(self.sampler, k)
+        return messages, _call_kwargs(self.sampler, k, self.config)
+
+    def not_needed(self) -> bool:
+        """Whether the wave is settled, so that a request not yet sent is not sent."""
+        return self.settling is not None and self.settling.settled
 
 
 class _Attempt(NamedTuple):
@@ -267,30 +292,22 @@ def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
 
 
 def draw_candidates(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None = None,
-    *,
-    direct: bool | None = None,
-    on_drawn: OnDrawn | None = None,
-    settling: Settling | None = None,
+    draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
     """Draw the candidates of `draw` (blocking). Never raises for a model failure: it records it.
 
     One sample gets the policy's attempts. Several in one `n` request get one attempt — the request is
     all-or-nothing — and, when it fails, the samples are asked for one by one (`after_failed_n`) within the same
-    deadline; what the endpoint did with `n` is remembered (`n_support`). `direct`: whether the requests skip
-    LangChain's path (`replies_directly`, decided here when None). `on_drawn` is told of each candidate once, as
-    it lands (those asked for one by one, each on its own; `settling` sees them and stops the rest once settled)."""
-    direct = replies_directly(sampler, config) if direct is None else direct
-    k, messages = len(draw.indices), sampler.prompt(draw.messages)
-    report = _once(on_drawn)
+    deadline; what the endpoint did with `n` is remembered (`n_support`). `on_drawn` is told of each candidate
+    once, as it lands (those asked for one by one, each on its own; the drawer's settling sees them and stops the
+    rest once settled)."""
+    sampler, report = drawer.sampler, _once(on_drawn)
+    messages, kwargs = drawer.request(draw)
 
     def call() -> Reply:
-        if direct:
-            return cast(RepliesDirectly, sampler.model).reply(messages, **_request_kwargs(sampler, k))
-        return reply_of(sampler.model.generate([messages], **_call_kwargs(sampler, k, config)))
+        if drawer.direct:
+            return cast(RepliesDirectly, sampler.model).reply(messages, **kwargs)
+        return reply_of(sampler.model.generate([messages], **kwargs))
 
     def attempt() -> Reply:
         return with_timeout(call, policy.timeout_s)
@@ -303,10 +320,8 @@ def draw_candidates(
                 return time.sleep(seconds)
             case _Retried(rest):
                 return retrying(rest, Retrying)(attempt)
-            case _Subdraw(sub, left, True):
-                return draw_singles(sub, sampler, left, config, report, direct=direct, settling=settling)
-            case _Subdraw(sub, left, False):
-                return draw_candidates(sub, sampler, left, config, direct=direct, on_drawn=report, settling=settling)
+            case _Subdraw(sub, left, singles):
+                return (draw_singles if singles else draw_candidates)(sub, left, drawer, report)
 
     plan = _plan(draw, sampler, policy)
     step = _resume(plan, _Outcome())
@@ -317,24 +332,16 @@ def draw_candidates(
 
 
 def draw_singles(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None = None,
-    on_drawn: OnDrawn | None = None,
-    *,
-    direct: bool | None = None,
-    settling: Settling | None = None,
+    draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
     """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
-    `on_drawn` is called with each one's record as it lands. Once `settling` is settled, the requests not yet
-    sent are not sent (their candidates are missing from the result)."""
-    direct = replies_directly(sampler, config) if direct is None else direct
+    `on_drawn` is called with each one's record as it lands. Once the drawer's settling is settled, the requests
+    not yet sent are not sent (their candidates are missing from the result)."""
 
     def one(single: Draw) -> list[Candidate]:
-        if settling is not None and settling.settled:
+        if drawer.not_needed():
             return []
-        drawn = draw_candidates(single, sampler, policy, config, direct=direct)
+        drawn = draw_candidates(single, policy, drawer)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn
@@ -346,24 +353,16 @@ def draw_singles(
 
 
 async def adraw_candidates(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None = None,
-    *,
-    direct: bool | None = None,
-    on_drawn: OnDrawn | None = None,
-    settling: Settling | None = None,
+    draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
     """Async `draw_candidates`."""
-    direct = replies_directly(sampler, config) if direct is None else direct
-    k, messages = len(draw.indices), sampler.prompt(draw.messages)
-    report = _once(on_drawn)
+    sampler, report = drawer.sampler, _once(on_drawn)
+    messages, kwargs = drawer.request(draw)
 
     async def call() -> Reply:
-        if direct:
-            return await cast(RepliesDirectly, sampler.model).areply(messages, **_request_kwargs(sampler, k))
-        return reply_of(await sampler.model.agenerate([messages], **_call_kwargs(sampler, k, config)))
+        if drawer.direct:
+            return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
+        return reply_of(await sampler.model.agenerate([messages], **kwargs))
 
     async def attempt() -> Reply:
         timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
@@ -383,11 +382,8 @@ async def adraw_candidates(
                 return await asyncio.sleep(seconds)
             case _Retried(rest):
                 return await retrying(rest, AsyncRetrying)(attempt)
-            case _Subdraw(sub, left, True):
-                return await adraw_singles(sub, sampler, left, config, report, direct=direct, settling=settling)
-            case _Subdraw(sub, left, False):
-                drawn = adraw_candidates(sub, sampler, left, config, direct=direct, on_drawn=report, settling=settling)
-                return await drawn
+            case _Subdraw(sub, left, singles):
+                return await (adraw_singles if singles else adraw_candidates)(sub, left, drawer, report)
 
     plan = _plan(draw, sampler, policy)
     step = _resume(plan, _Outcome())
@@ -398,24 +394,16 @@ async def adraw_candidates(
 
 
 async def adraw_singles(
-    draw: Draw,
-    sampler: Sampler,
-    policy: CandidatePolicy,
-    config: RunnableConfig | None = None,
-    on_drawn: OnDrawn | None = None,
-    *,
-    direct: bool | None = None,
-    settling: Settling | None = None,
+    draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
-    """Async `draw_singles`; once `settling` is settled, the requests still out are cancelled too."""
-    direct = replies_directly(sampler, config) if direct is None else direct
-    gate = asyncio.Semaphore(policy.max_concurrency)
+    """Async `draw_singles`; once the drawer's settling is settled, the requests still out are cancelled too."""
+    gate, settling = asyncio.Semaphore(policy.max_concurrency), drawer.settling
 
     async def one(index: int) -> list[Candidate]:
         async with gate:
-            if settling is not None and settling.settled:
+            if drawer.not_needed():
                 return []
-            drawn = await adraw_candidates(_subdraw(draw, (index,)), sampler, policy, config, direct=direct)
+            drawn = await adraw_candidates(_subdraw(draw, (index,)), policy, drawer)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn
