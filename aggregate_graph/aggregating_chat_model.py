@@ -27,9 +27,9 @@ from langchain_core.callbacks import (
     CallbackManager,
     CallbackManagerForLLMRun,
 )
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import ensure_config, var_child_runnable_config
 from langchain_core.tools import BaseTool
@@ -47,7 +47,7 @@ from aggregate_graph.drawing.settings import CandidatePolicy, Sampler, describe_
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import SampleSet
-from aggregate_graph.streaming import PROGRESS_EVENT, answer_chunks, streams_tokens
+from aggregate_graph.streaming import PROGRESS_EVENT, ChatCall, DecidedAnswerModel, streams_tokens
 
 # Keys LangChain adds to a structured-output call for tracing; they are not options of the candidate model.
 _TRACING_KWARGS = ("ls_structured_output_format", "structured_output_format")
@@ -106,7 +106,7 @@ def _policy_from_params(policy: CandidatePolicy | None, params: dict[str, Any]) 
     return (policy or CandidatePolicy()).model_copy(update=update)
 
 
-class AggregatingChatModel(BaseChatModel):
+class AggregatingChatModel(DecidedAnswerModel):
     """Answers every call with n candidates from `model` and an aggregator, through the prebuilt graph.
 
     `model` is a chat model, a bound one, a spec string ("openai:gpt-4o-mini", "local") or a list of them;
@@ -406,67 +406,32 @@ class AggregatingChatModel(BaseChatModel):
 
         return report
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        graph, (config, _) = self._graph(stop, kwargs), self._run(run_manager, is_async=False)
-        with _nested(config):
-            return self._result(graph.invoke({"messages": messages}, config))
-
-    async def _agenerate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        graph, (config, _) = self._graph(stop, kwargs), self._run(run_manager, is_async=True)
-        with _nested(config):
-            return self._result(await graph.ainvoke({"messages": messages}, config))
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        """The candidates are drawn and aggregated (each reported as it lands: `_progress`), then the decided
-        answer is streamed as chunks that add up to what `invoke` returns (`streaming.answer_chunks`)."""
-        graph, (config, run_id) = self._graph(stop, kwargs), self._run(run_manager, is_async=False)
+    def _decide(self, call: ChatCall) -> ChatResult:
+        """The candidates are drawn and aggregated, each reported as it lands (`_progress`); `stream` then says the
+        decided answer as chunks that add up to what `invoke` returns (`DecidedAnswerModel`)."""
+        graph, (config, run_id) = self._graph(call.stop, call.kwargs), self._run(call.run_manager, is_async=False)
         report, state = self._progress(config, run_id), None
         with _nested(config):
-            for mode, data in graph.stream({"messages": messages}, config, stream_mode=["custom", "values"]):
+            for mode, data in graph.stream({"messages": call.messages}, config, stream_mode=["custom", "values"]):
                 if mode == "custom":
                     report(data)
                 else:
                     state = data
         assert state is not None  # the graph ends by aggregating, or raises
-        for chunk in answer_chunks(self._message(state)):
-            yield ChatGenerationChunk(message=chunk)
+        return self._result(state)
 
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        graph, (config, run_id) = self._graph(stop, kwargs), self._run(run_manager, is_async=True)
+    async def _adecide(self, call: ChatCall) -> ChatResult:
+        graph, (config, run_id) = self._graph(call.stop, call.kwargs), self._run(call.run_manager, is_async=True)
         report, state = self._aprogress(config, run_id), None
         with _nested(config):
-            async for mode, data in graph.astream({"messages": messages}, config, stream_mode=["custom", "values"]):
+            stream = graph.astream({"messages": call.messages}, config, stream_mode=["custom", "values"])
+            async for mode, data in stream:
                 if mode == "custom":
                     await report(data)
                 else:
                     state = data
         assert state is not None
-        for chunk in answer_chunks(self._message(state)):
-            yield ChatGenerationChunk(message=chunk)
+        return self._result(state)
 
 
 def _parent_stream_writer() -> Callable[[Any], None] | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -60,7 +61,71 @@ def answer_chunks(message: AIMessage) -> list[AIMessageChunk]:
     return [*chunks, last]
 
 
-class AnswerSpeaker(BaseChatModel):
+class ChatCall(NamedTuple):
+    """One call of a chat model, as LangChain makes it (the arguments of `_generate` and `_stream`)."""
+
+    messages: list[BaseMessage]
+    stop: list[str] | None
+    run_manager: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun | None
+    kwargs: dict[str, Any]
+
+
+class DecidedAnswerModel(BaseChatModel):
+    """A chat model whose reply is decided whole before any of it is said: a subclass decides it (`_decide`,
+    `_adecide`: a result of one generation), `invoke` returns it and `stream` says it as `answer_chunks`."""
+
+    @abstractmethod
+    def _decide(self, call: ChatCall) -> ChatResult: ...
+
+    @abstractmethod
+    async def _adecide(self, call: ChatCall) -> ChatResult: ...
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return self._decide(ChatCall(messages, stop, run_manager, kwargs))
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return await self._adecide(ChatCall(messages, stop, run_manager, kwargs))
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        yield from _said(self._decide(ChatCall(messages, stop, run_manager, kwargs)))
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        for chunk in _said(await self._adecide(ChatCall(messages, stop, run_manager, kwargs))):
+            yield chunk
+
+
+def _said(result: ChatResult) -> Iterator[ChatGenerationChunk]:
+    message = result.generations[0].message
+    assert isinstance(message, AIMessage)  # a decided answer is the reply of a chat model
+    for chunk in answer_chunks(message):
+        yield ChatGenerationChunk(message=chunk)
+
+
+class AnswerSpeaker(DecidedAnswerModel):
     """A chat model that says the message it is given, as it is: the prebuilt graph's aggregate node passes the
     decided answer through it so that a parent streaming `stream_mode="messages"` (or `astream_events`) gets the
     answer as chunks, like any model's reply. It spends no tokens: its chunks carry no usage of their own (the
@@ -70,39 +135,12 @@ class AnswerSpeaker(BaseChatModel):
     def _llm_type(self) -> str:
         return "aggregate_graph_answer"
 
-    @staticmethod
-    def _answer(messages: list[BaseMessage]) -> AIMessage:
+    def _decide(self, call: ChatCall) -> ChatResult:
         """The message to say, without usage: this run spends no tokens (the candidates' are on the message)."""
-        message = messages[-1] if messages else None
+        message = call.messages[-1] if call.messages else None
         if not isinstance(message, AIMessage):
             raise TypeError(f"AnswerSpeaker says an AIMessage given as the last input message; got {message!r}")
-        return message.model_copy(update={"usage_metadata": None})
+        return ChatResult(generations=[ChatGeneration(message=message.model_copy(update={"usage_metadata": None}))])
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        return ChatResult(generations=[ChatGeneration(message=self._answer(messages))])
-
-    def _stream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> Iterator[ChatGenerationChunk]:
-        for chunk in answer_chunks(self._answer(messages)):
-            yield ChatGenerationChunk(message=chunk)
-
-    async def _astream(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: AsyncCallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> AsyncIterator[ChatGenerationChunk]:
-        for chunk in self._stream(messages, stop):
-            yield chunk
+    async def _adecide(self, call: ChatCall) -> ChatResult:
+        return self._decide(call)
