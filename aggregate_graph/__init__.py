@@ -28,7 +28,8 @@ folder is one step, and imports point down this list only.
                         medoid, best-of-n) and model-backed ones (SSA, GSR, USC, recursive); trained.py and
                         trained/: trained aggregator folders, the shipped SSA among them
     options.py          `AggregationOptions`: the one options type every surface takes, validated once
-    graph.py, node.py   the prebuilt LangGraph graph, and the same as a node of your graph
+    graph.py, state.py  the prebuilt LangGraph graph, its state and the checkpoint serializer that restores it;
+    node.py             the same graph as a node of your graph
     aggregating_chat_model.py, middleware.py, streaming.py
                         the graph as a LangChain chat model and as a middleware for `create_agent`, and how
                         either streams (answer chunks, progress events)
@@ -48,7 +49,7 @@ from aggregate_graph.aggregators.base import Aggregator
 from aggregate_graph.aggregators.registry import load_aggregator, register
 from aggregate_graph.drawing.settings import AdaptiveSampling, CandidatePolicy, Sampler
 from aggregate_graph.errors import AggregateGraphError, AggregationError, QuorumError
-from aggregate_graph.graph import AggregateState, build_aggregate_graph, checkpoint_serde
+from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.middleware import AggregationMiddleware
 from aggregate_graph.node import AggregateNode
 from aggregate_graph.openai_compat.chat_output import sample_sets_from
@@ -56,6 +57,7 @@ from aggregate_graph.openai_compat.wrap import wrap_openai
 from aggregate_graph.options import AggregationOptions
 from aggregate_graph.reading.answers import extract_answer
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+from aggregate_graph.state import AggregateState, checkpoint_serde
 
 __all__ = [  # noqa: RUF022 - grouped as the table at the top, not sorted
     "build_aggregate_graph", "AggregateState", "checkpoint_serde",

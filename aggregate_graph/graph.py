@@ -9,27 +9,21 @@
 from __future__ import annotations
 
 import asyncio
-import operator
-import threading
 import uuid
 from collections.abc import Sequence
-from functools import partial
-from typing import Annotated, Any
+from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.config import run_in_executor
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.config import get_store, get_stream_writer
 from langgraph.constants import TAG_NOSTREAM
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.base import BaseStore
 from langgraph.types import Overwrite, RetryPolicy, Send
-from typing_extensions import TypedDict  # pydantic builds JSON schemas (Studio's forms) from it before Python 3.12
 
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
@@ -44,12 +38,13 @@ from aggregate_graph.drawing.sampling import (
     draw_singles,
 )
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
-from aggregate_graph.drawing.settling import Settling, settled_or_drawn
+from aggregate_graph.drawing.settling import Settling, Settlings, settled_or_drawn
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.options import AggregationOptions
 from aggregate_graph.reading.answer_types import ANSWER_TYPES, read_answers, settled_answer_type
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
+from aggregate_graph.state import MSGPACK_TYPES, AggregateState, last_turn
 from aggregate_graph.streaming import ANSWER_TAG, AnswerSpeaker, streams_tokens
 
 try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if the key itself changes
@@ -57,70 +52,9 @@ try:  # kept in langgraph.constants "for backwards compatibility"; tests fail if
 except ImportError:  # pragma: no cover
     CONFIG_KEY_CHECKPOINTER = "__pregel_checkpointer"
 
-# The types this package keeps in checkpoints: state values, and the `Draw` payloads of pending Sends.
-# LangGraph's serializer warns when it restores types it was not told about and refuses them in strict mode
-# (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
-MSGPACK_TYPES = [
-    ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
-] + [("aggregate_graph.drawing.sampling", "Draw")]
-_MAX_SETTLINGS = 4096  # waves whose `Settling` is kept until their run aggregates
 # Says the decided answer as a chat model's reply, so that a parent streaming `stream_mode="messages"` gets it as
 # chunks (LangGraph streams the tokens of chat-model runs, not a node's output).
 _SPEAKER = AnswerSpeaker(name="aggregate_answer", tags=[ANSWER_TAG])
-
-
-def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:
-    """A checkpoint serializer that restores this package's state types (plus `extra` ones) without warnings,
-    also under LANGGRAPH_STRICT_MSGPACK.
-
-    Args:
-        *extra: more (module, type name) pairs to allow, for your own state's types.
-
-    Returns:
-        LangGraph's `JsonPlusSerializer` with those types allowed.
-
-    Example:
-        ```python
-        from langgraph.checkpoint.memory import InMemorySaver
-        from aggregate_graph import checkpoint_serde
-
-        saver = InMemorySaver(serde=checkpoint_serde(("my_app.state", "Ticket")))
-        ```
-    """
-    return JsonPlusSerializer(allowed_msgpack_modules=[*MSGPACK_TYPES, *extra])
-
-
-def merge_candidates(current: list[Candidate] | None, new: list[Candidate] | None) -> list[Candidate]:
-    """Reducer: candidates keyed by index (a retried draw replaces its earlier record), in index order."""
-    by_index = {c.index: c for c in current or []}
-    by_index.update({c.index: c for c in new or []})
-    return [by_index[i] for i in sorted(by_index)]
-
-
-class AggregateState(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]
-    question: str
-    candidates: Annotated[list[Candidate], merge_candidates]
-    cancelled: Annotated[list[int], operator.add]  # the indices whose draws settling early cancelled
-    run_key: str  # names the run's waves, whose draws share a `Settling`
-    sample_set: SampleSet | None
-
-
-def last_turn(messages: Sequence[Any]) -> tuple[str, list[BaseMessage]]:
-    """The last human message's text (the question the sample set records) and the conversation the candidates
-    answer: all of it — tool calls and tool results after the question included — except trailing AI messages,
-    since a chat model answers a human or tool turn, not its own reply (e.g. an agent's draft that an
-    aggregate node placed after the tool loop rewrites)."""
-    end = len(messages)
-    while end and isinstance(messages[end - 1], AIMessage):
-        end -= 1
-    for i in range(end - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            question = str(messages[i].text).strip()
-            if not question:
-                raise ValueError("the last human message is empty: there is no question to answer")
-            return question, list(messages[:end])
-    raise ValueError("no question: the state's `messages` has no human message")
 
 
 def _streams(config: RunnableConfig) -> bool:
@@ -166,8 +100,7 @@ class _Nodes:
         self.answer_type, self.policy, self.adaptive = options.answer_type, options.policy, options.adaptive
         self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
-        self._settlings: dict[str, Settling] = {}  # by wave (`Draw.settle_key`), until the run aggregates
-        self._settlings_lock = threading.Lock()
+        self._settlings = Settlings(self.n, self._is_settled)  # each wave's, until its run aggregates
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
@@ -261,22 +194,11 @@ class _Nodes:
         return bool(self.aggregator.settled(answering(sample_set), outstanding))
 
     def _settling(self, draw: Draw) -> Settling | None:
-        """The `Settling` the draws of `draw`'s wave share (made by the first of them), or None: no settling."""
+        """The `Settling` the draws of `draw`'s wave share, or None: no settling."""
         if draw.settle_key is None:
             return None
-        with self._settlings_lock:
-            if (settling := self._settlings.get(draw.settle_key)) is None:
-                while len(self._settlings) >= _MAX_SETTLINGS:  # runs that never aggregate (interrupted, failed)
-                    del self._settlings[next(iter(self._settlings))]
-                question, _ = last_turn(draw.messages)
-                settling = self._settlings[draw.settle_key] = Settling(self.n, partial(self._is_settled, question))
-        return settling
-
-    def _forget_settlings(self, state: AggregateState) -> None:
-        prefix = f"{state.get('run_key')}:"
-        with self._settlings_lock:
-            for key in [key for key in self._settlings if key.startswith(prefix)]:
-                del self._settlings[key]
+        question, _ = last_turn(draw.messages)
+        return self._settlings.of(draw.settle_key, question)
 
     def _reporter(self, draw: Draw, settling: Settling | None = None) -> OnDrawn:
         """Reads each candidate as it lands (alone: the whole set is read again before the vote), tells a
@@ -341,7 +263,7 @@ class _Nodes:
 
     def _sample_set(self, state: AggregateState) -> SampleSet:
         """The set to aggregate, its answers read as one set (a sentence backs one of the set's short answers)."""
-        self._forget_settlings(state)
+        self._settlings.forget(str(state.get("run_key")))
         candidates = [c.model_copy() for c in state.get("candidates") or []]
         answer_type = self._read(state["question"], candidates)
         sample_set = SampleSet(

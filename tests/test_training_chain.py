@@ -112,21 +112,12 @@ def test_training_chain_to_served_graph(tmp_path: Path, serve) -> None:
     assert (sft_dir / "checkpoint-80" / "trainer_state.json").stat().st_mtime_ns == saved_80
 
     grpo_dir = tmp_path / "grpo"
-    run(
-        "grpo",
-        model=base,
-        adapter=sft_dir,
-        data_dir=data,
-        output_dir=grpo_dir,
-        num_generations=4,
-        per_device_train_batch_size=4,
-        max_completion_length=48,
-        temperature=0.1,
-        max_steps=2,
-        learning_rate=1e-4,
-        logging_steps=1,
-        save_steps=2,
-    )
+    grpo_flags = {
+        "model": base, "adapter": sft_dir, "data_dir": data, "output_dir": grpo_dir, "num_generations": 4,
+        "per_device_train_batch_size": 4, "max_completion_length": 48, "temperature": 0.1, "max_steps": 2,
+        "learning_rate": 1e-4, "logging_steps": 1, "save_steps": 2,
+    }  # fmt: skip
+    run("grpo", **grpo_flags)
     assert (grpo_dir / "adapter_config.json").is_file()
     assert json.loads((grpo_dir / "training_step.json").read_text())["base_model"] == str(base)
     # The reward reached the trainer: rollouts of the SFT model parse and are graded right by the runtime's grader.

@@ -281,16 +281,10 @@ def _teacher(config: BuildConfig):  # type: ignore[no-untyped-def]
         from aggregate_graph.drawing.models import load_chat_model
 
         return load_chat_model(config.teacher_model)
-    from langchain_openai import ChatOpenAI
+    from aggregate_graph.drawing.models import served_model
 
-    return ChatOpenAI(
-        base_url=config.teacher_base_url,
-        api_key=config.teacher_api_key or "EMPTY",
-        model=config.teacher_model,
-        temperature=config.teacher_temperature,
-        max_tokens=config.teacher_max_tokens,
-        max_retries=2,
-    )
+    url, key, model = config.teacher_base_url, config.teacher_api_key, config.teacher_model
+    return served_model(url, model, key, config.teacher_max_tokens, temperature=config.teacher_temperature)
 
 
 def teacher_completions(

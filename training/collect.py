@@ -64,19 +64,11 @@ def done_ids(output: Path) -> set[str]:
 
 
 def policy_model(config: CollectConfig) -> Any:
-    if config.base_url is not None:
-        from langchain_openai import ChatOpenAI
+    from aggregate_graph.drawing.models import load_chat_model, served_model
 
-        return ChatOpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key or "EMPTY",
-            model=config.model,
-            max_tokens=config.max_tokens,
-            timeout=config.timeout,
-            max_retries=0,  # the graph's CandidatePolicy retries
-        )
-    from aggregate_graph.drawing.models import load_chat_model
-
+    if config.base_url is not None:  # sampled at the server's default temperature; the graph's policy retries
+        options = {"temperature": None, "timeout": config.timeout, "max_retries": 0}
+        return served_model(config.base_url, config.model, config.api_key, config.max_tokens, **options)
     if config.model.split(":", 1)[0] in ("local", "smollm2"):
         return load_chat_model(config.model, max_new_tokens=config.max_tokens, seed=config.seed)
     return load_chat_model(config.model, max_tokens=config.max_tokens, max_retries=0)

@@ -18,12 +18,11 @@ from training.modeling import (
     ModelArguments,
     TrainStepConfig,
     build_format,
-    finish_step,
-    last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
     redeclare,
+    train_step,
 )
 from training.targets import FORMATS, Format
 
@@ -68,8 +67,6 @@ def grpo(config: GRPOStepConfig, model: ModelArguments) -> dict[str, Any]:
     from trl import GRPOTrainer, get_peft_config
 
     train = load_split(config.data_dir, "train", ["prompt", "answer_key"])
-    if train is None:
-        raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
     # Continuing the SFT adapter keeps one adapter for export; a fresh LoRA is added only without one.
     trainer = GRPOTrainer(
         model=load_model(model, config.adapter, bf16=config.bf16),
@@ -79,6 +76,4 @@ def grpo(config: GRPOStepConfig, model: ModelArguments) -> dict[str, Any]:
         processing_class=load_tokenizer(model.model_name_or_path),
         peft_config=get_peft_config(model) if config.adapter is None else None,
     )
-    resume = last_checkpoint(config.output_dir) if config.resume else None
-    result = trainer.train(resume_from_checkpoint=resume)
-    return finish_step("grpo", trainer, result, config, model)
+    return train_step("grpo", trainer, config, model)

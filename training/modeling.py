@@ -65,11 +65,14 @@ def load_model(model: ModelConfig, adapter: str | None = None, bf16: bool = Fals
 
 
 def load_split(data_dir: str, split: str, columns: list[str]) -> Dataset | None:
-    """One split of `build`'s output with only the columns the trainer reads (None when the file is empty)."""
+    """One split of `build`'s output with only the columns the trainer reads (None when the file is empty; an
+    error for an empty train split, which there is nothing to learn from)."""
     from datasets import Dataset
 
     path = Path(data_dir) / f"{split}.jsonl"
     rows = list(read_jsonl(path))
+    if not rows and split == "train":
+        raise ValueError(f"{path} has no examples")
     if not rows:
         return None
     return Dataset.from_list([{c: row[c] for c in columns} for row in rows])
@@ -114,11 +117,14 @@ def save_step_config(step: str, args: TrainingArguments, model: ModelConfig) -> 
     (Path(args.output_dir) / "training_step.json").write_text(text, encoding="utf-8")
 
 
-def finish_step(step: str, trainer: Any, result: Any, config: Any, model: ModelConfig) -> dict[str, Any]:
-    """Save what a training step made to `config.output_dir` — the model (or adapter), its tokenizer, `build`'s
-    render settings and the step's record — and return its metrics. Every process takes part in saving the model
-    (the trainer writes it from the main one); the rest is written by the main process alone, so a run of several
-    processes (`torchrun --nproc_per_node N`) writes each file once."""
+def train_step(step: str, trainer: Any, config: Any, model: ModelConfig) -> dict[str, Any]:
+    """Train (from the newest checkpoint in `config.output_dir` when `config.resume`), save what the step made
+    there — the model (or adapter), its tokenizer, `build`'s render settings and the step's record — and return
+    its metrics. Every process takes part in saving the model (the trainer writes it from the main one); the rest
+    is written by the main process alone, so a run of several processes (`torchrun --nproc_per_node N`) writes
+    each file once."""
+    resume = last_checkpoint(config.output_dir) if config.resume else None
+    result = trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(config.output_dir)
     if trainer.is_world_process_zero():
         trainer.processing_class.save_pretrained(config.output_dir)

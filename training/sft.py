@@ -12,12 +12,11 @@ from trl import SFTConfig
 from training.modeling import (
     ModelArguments,
     TrainStepConfig,
-    finish_step,
-    last_checkpoint,
     load_model,
     load_split,
     load_tokenizer,
     redeclare,
+    train_step,
 )
 
 logger = logging.getLogger(__name__)
@@ -117,8 +116,6 @@ def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
     if not config.token_metrics and args.include_num_input_tokens_seen == "no":
         args.include_num_input_tokens_seen = "non_padding"  # TRL's `num_tokens` counts the same: see the trainer
     train = load_split(config.data_dir, "train", ["prompt", "completion"])
-    if train is None:
-        raise ValueError(f"{config.data_dir}/train.jsonl has no examples")
     evaluating = config.eval_strategy != "no"
     trainer_class = SFTTrainer if config.token_metrics else _answer_tokens_trainer()
     trainer = trainer_class(
@@ -129,6 +126,4 @@ def sft(config: SFTStepConfig, model: ModelArguments) -> dict[str, Any]:
         processing_class=tokenizer,
         peft_config=get_peft_config(model),
     )
-    resume = last_checkpoint(config.output_dir) if config.resume else None
-    result = trainer.train(resume_from_checkpoint=resume)
-    return finish_step("sft", trainer, result, config, model)
+    return train_step("sft", trainer, config, model)

@@ -211,17 +211,8 @@ class LLMAggregator(Aggregator):
             exc.sample_set = sample_set.model_copy(update={"aggregation": record})
             raise
         details.update(fallback=fallback.method, fallback_votes=fallback.votes)
-        return Aggregation(
-            method=self.name,
-            answer=fallback.answer,
-            text=fallback.text,
-            votes=fallback.votes,
-            support=fallback.support,
-            tie=fallback.tie,
-            usage=usage,
-            latency_s=time.perf_counter() - started,
-            details=details,
-        )
+        spent = {"method": self.name, "usage": usage, "latency_s": time.perf_counter() - started, "details": details}
+        return fallback.model_copy(update=spent)  # the fallback's decision, as this aggregator's record
 
     def _model_failed(
         self, sample_set: SampleSet, shown: list[Candidate], exc: Exception, started: float, config: Any

@@ -82,16 +82,10 @@ class RecursiveAggregator(Aggregator):
 
     def _finish(self, sample_set: SampleSet, members: list[Candidate], history: list, usage: Usage, started: float):
         final = MajorityVote().invoke(SampleSet(question=sample_set.question, candidates=members))
-        return Aggregation(
-            method=self.name,
-            answer=final.answer,
-            text=final.text,
-            votes=final.votes,
-            tie=final.tie,
-            usage=usage,
-            latency_s=time.perf_counter() - started,
-            details={"populations": history, "calls": len(members) * self.rounds},
-        )
+        # `support` names the last population's members, not the set's candidates: it is left empty
+        details = {"populations": history, "calls": len(members) * self.rounds}
+        spent = {"method": self.name, "support": [], "usage": usage, "latency_s": time.perf_counter() - started}
+        return final.model_copy(update={**spent, "details": details})
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started, rng, usage, history = time.perf_counter(), random.Random(self.seed), Usage(), []

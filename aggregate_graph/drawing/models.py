@@ -73,17 +73,15 @@ def build_pool(
     return pool
 
 
-def served_model(base_url: str, model: str, api_key: str | None, max_tokens: int) -> BaseChatModel:
-    """An aggregator's model at an OpenAI-compatible server (vLLM, `serve-aggregator`): greedy, retried twice."""
+def served_model(base_url: str, model: str, api_key: str | None, max_tokens: int, **options: Any) -> BaseChatModel:
+    """A model at an OpenAI-compatible server (vLLM, `serve-aggregator`, a teacher): greedy and retried twice,
+    unless `options` (`ChatOpenAI`'s) say otherwise."""
     try:
         from langchain_openai import ChatOpenAI
     except ImportError as exc:
-        raise ImportError(
-            "an aggregator at base_url needs langchain-openai: pip install 'aggregate-graph[openai]'"
-        ) from exc
-    return ChatOpenAI(
-        base_url=base_url, api_key=api_key or "EMPTY", model=model, temperature=0, max_tokens=max_tokens, max_retries=2
-    )
+        raise ImportError("a model at base_url needs langchain-openai: pip install 'aggregate-graph[openai]'") from exc
+    options = {"temperature": 0, "max_retries": 2, **options}
+    return ChatOpenAI(base_url=base_url, api_key=api_key or "EMPTY", model=model, max_tokens=max_tokens, **options)
 
 
 def local_model(

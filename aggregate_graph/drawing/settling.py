@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 
 from aggregate_graph.sample_set import Candidate
 
@@ -63,6 +64,38 @@ class Settling:
         """The candidates landed at `indices`: what a draw returns, also for a task cancelled as it landed."""
         with self._lock:
             return [self._landed[i] for i in indices if i in self._landed]
+
+
+class Settlings:
+    """The `Settling` of each wave whose draws are under way, by the wave's key (`Draw.settle_key`: the run's key
+    and the wave), shared by the draw tasks of a graph's runs.
+
+    Args:
+        n: the candidates a run asks for.
+        is_settled: whether a decision is settled, given the question, the candidates landed and how many are
+            still out.
+        keep: how many waves are kept; the oldest give way (runs interrupted or failed never aggregate).
+    """
+
+    def __init__(self, n: int, is_settled: Callable[[str, list[Candidate], int], bool], keep: int = 4096) -> None:
+        self.n, self._is_settled, self._keep = n, is_settled, keep
+        self._waves: dict[str, Settling] = {}
+        self._lock = threading.Lock()
+
+    def of(self, key: str, question: str) -> Settling:
+        """The wave's `Settling` (made by the first draw that asks)."""
+        with self._lock:
+            if (settling := self._waves.get(key)) is None:
+                while len(self._waves) >= self._keep:
+                    del self._waves[next(iter(self._waves))]
+                settling = self._waves[key] = Settling(self.n, partial(self._is_settled, question))
+        return settling
+
+    def forget(self, run_key: str) -> None:
+        """Drop the waves of a run that aggregates."""
+        with self._lock:
+            for key in [key for key in self._waves if key.startswith(f"{run_key}:")]:
+                del self._waves[key]
 
 
 def _running_task() -> asyncio.Task | None:
