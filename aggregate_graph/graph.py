@@ -100,6 +100,7 @@ class _Nodes:
         self.answer_type, self.policy, self.adaptive = options.answer_type, options.policy, options.adaptive
         self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
+        self.stream_n = options.stream_n
         self._settlings = Settlings(self.n, self._is_settled)  # each wave's, until its run aggregates
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
@@ -240,9 +241,12 @@ class _Nodes:
         landed = {c.index for c in candidates}
         return {"candidates": candidates, "cancelled": [i for i in draw.indices if i not in landed]}
 
+    def _drawer(self, draw: Draw, config: RunnableConfig, settling: Settling | None) -> Drawer:
+        return Drawer(self.pool[draw.sampler_index], config, settling, stream_n=self.stream_n)
+
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
-        drawer, report = Drawer(self.pool[draw.sampler_index], config, settling), self._reporter(draw, settling)
+        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
             return self._drawn(draw, draw_singles(draw, policy, drawer, report), settling)
         if drawer.not_needed():
@@ -251,7 +255,7 @@ class _Nodes:
 
     async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
-        drawer, report = Drawer(self.pool[draw.sampler_index], config, settling), self._reporter(draw, settling)
+        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
             return self._drawn(draw, await adraw_singles(draw, policy, drawer, report), settling)
         if drawer.not_needed():

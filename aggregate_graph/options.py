@@ -60,6 +60,9 @@ class AggregationOptions(BaseModel):
             (`Aggregator.settled`): the same answer as waiting for all under majority, weighted and structured
             votes, at about the latency of the fastest majority instead of the slowest candidate. Async runs
             cancel requests in flight; blocking runs skip only the requests not yet sent.
+        stream_n: with `settle`, stream a request for several candidates (`n`) through an `openai` client
+            (`wrap_openai`, the proxy) and close it once the vote is settled, so that the choices still out stop
+            generating. Off by default: a closed stream reports no usage (the upstream sends it at the end).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
@@ -76,6 +79,7 @@ class AggregationOptions(BaseModel):
     fallback: Runnable | None = DEFAULT_FALLBACK
     answer_type: Any = "auto"
     settle: bool = True
+    stream_n: bool = False
 
     @field_validator("n", mode="before")
     @classmethod

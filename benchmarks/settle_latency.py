@@ -37,6 +37,7 @@ from training.data import one_model
 from training.pools import is_reserved, load_faithful_cot
 
 MEDIAN_S, SIGMA = 0.2, 0.6
+WORD_S = 0.02  # a reply's pace, 50 words a second: the upstream of the streamed-n table
 
 
 class Upstream:
@@ -92,6 +93,7 @@ def timed_sync(create: Any, question: str) -> tuple[float, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=200)
+    parser.add_argument("--streamed-questions", type=int, default=40, help="questions of the streamed-n table")
     args = parser.parse_args()
     pool = [one_model(s, "gpt-3.5-turbo") for s in load_faithful_cot() if not is_reserved(s)]
     sets = [s for s in pool if len(s.candidates) == 5][: args.questions]
@@ -183,7 +185,65 @@ def main() -> int:
             f"{quantile(row['latency'], 0.9) / base_p90:>6.2f} {row['tokens'] / (n * one_call):>12.2f} "
             f"{row['tokens'] / wait['tokens']:>7.2f} {clear_ratio:>21.2f} {row['aborted']:>7}  {same}/{len(untied)}"
         )
+    streamed_n(sets[: args.streamed_questions], executed)
     return 0
+
+
+def streamed_n(sets: list[Any], executed: dict[str, str | None]) -> None:
+    """The same replies from an upstream that honours `n`: one request for the five, each choice generated at
+    `WORD_S` a word. Waiting for all gets one response once its longest choice is generated; settling streams the
+    request and closes it once the vote is settled (the rest are never generated). The single call is one reply."""
+    texts = {s.question: [c.text for c in s.candidates] for s in sets}
+    turns: Counter[str] = Counter()  # the next of the question's replies to serve, per configuration
+
+    def reply(body: dict[str, Any], number: int) -> str:
+        question = body["messages"][-1]["content"]
+        turns[question] += 1
+        return texts[question][(turns[question] - 1) % 5]
+
+    def latency(body: dict[str, Any], number: int) -> float:  # a response that is not streamed comes whole
+        if body.get("stream"):
+            return 0.0
+        question, n = body["messages"][-1]["content"], int(body.get("n") or 1)
+        served = [texts[question][(turns[question] + i) % 5] for i in range(n)]
+        return WORD_S * max(len(text.split()) for text in served)
+
+    results: dict[str, dict[str, list[Any]]] = {}
+    with OpenAITestServer(reply, latency_s=latency, token_latency_s=WORD_S) as server:
+
+        async def go(label: str, n: int, settle: bool) -> None:
+            client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+            wrapped = wrap_openai(client, n=n, settle=settle, stream_n=True, answer_type=executed.get)
+            create = client.chat.completions.create if n == 1 else wrapped.chat.completions.create
+            row: dict[str, list[Any]] = {"latency": [], "answers": [], "tokens": []}
+            turns.clear()
+            for i, question in enumerate(texts):
+                if n == 1:  # the single call: each of the question's replies in turn across the questions
+                    turns[question] = i % 5
+                before = server.stats()["completion_tokens_served"]
+                elapsed, answer = await timed_async(create, question)
+                await asyncio.sleep(0.05)  # a closed stream's handler finishes before the count
+                row["latency"].append(elapsed)
+                row["answers"].append(answer)
+                row["tokens"].append(server.stats()["completion_tokens_served"] - before)
+            await client.close()
+            results[label] = row
+
+        for label, n, settle in (("single call", 1, False), ("wait for all", 5, False), ("settle", 5, True)):
+            asyncio.run(go(label, n, settle))
+    single, waited, settled = results["single call"], results["wait for all"], results["settle"]
+    base = statistics.median(single["latency"]), quantile(single["latency"], 0.9)
+    untied = [i for i, s in enumerate(sets) if not tied(s.candidates, 5)]
+    same = sum(equivalent(executed.get(settled["answers"][i]), executed.get(waited["answers"][i])) for i in untied)
+    print(f"\nn=5 in one request, streamed when settling ({len(sets)} questions, {WORD_S * 1000:g} ms a word)")
+    print(f"{'configuration':<30} {'median ÷':>8} {'p90 ÷':>6} {'tokens ÷ wait':>13}  same answer (untied)")
+    for label in ("wait for all", "settle"):
+        row = results[label]
+        print(
+            f"n=5 {label:<26} {statistics.median(row['latency']) / base[0]:>8.2f} "
+            f"{quantile(row['latency'], 0.9) / base[1]:>6.2f} {sum(row['tokens']) / sum(waited['tokens']):>13.2f}"
+            + (f"  {same}/{len(untied)}" if label == "settle" else "")
+        )
 
 
 if __name__ == "__main__":

@@ -196,3 +196,54 @@ def test_under_a_checkpointer_the_candidates_own_tasks_share_the_settling():
         out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}, {"configurable": {"thread_id": "t"}}))
         assert time.perf_counter() - started < 2.0
         assert len(out["sample_set"].candidates) == 3 and len(out["sample_set"].metadata["cancelled"]) == 2
+
+
+def _short_and_long(body: dict[str, Any], number: int) -> str:
+    # the samples of one n=5 request: three short replies that agree, two long ones still generating
+    return "The answer is 42." if number % 5 < 3 else " ".join(["step"] * 200) + " so the answer is 41."
+
+
+def test_a_streamed_n_request_is_closed_once_the_vote_is_settled():
+    with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
+        for client in (OpenAI, AsyncOpenAI):
+            wrapped = wrap_openai(client(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, stream_n=True)
+            create = wrapped.chat.completions.create
+            messages = [{"role": "user", "content": QUESTION}]
+            started = time.perf_counter()
+            completion = create(model="m", messages=messages) if client is OpenAI else asyncio.run(
+                create(model="m", messages=messages)
+            )  # fmt: skip
+            elapsed = time.perf_counter() - started
+            (sample_set,) = sample_sets_from(completion)
+            assert sample_set.aggregation.answer == "42" and elapsed < 1.0  # all five would take over 2 s
+            assert [c.text for c in sample_set.candidates] == ["The answer is 42."] * 3
+            assert len(sample_set.metadata["cancelled"]) == 2 and not sample_set.failed
+            request = upstream.requests[-1]
+            assert request["n"] == 5 and request["stream"] is True  # one request, streamed
+        deadline = time.monotonic() + 5
+        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = upstream.stats()
+    assert stats["calls"] == 2 and stats["aborted"] == 2
+    assert stats["completion_tokens_served"] < 2 * (3 * 4 + 2 * 20)  # the long replies stopped early
+
+
+def test_a_streamed_n_request_settles_to_the_answer_waiting_for_all_gives():
+    with OpenAITestServer(_short_and_long, token_latency_s=0.001) as upstream:
+        messages, answers = [{"role": "user", "content": QUESTION}], []
+        for settle in (True, False):
+            options = {"n": 5, "settle": settle, "stream_n": True}
+            client = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
+            answers += sample_sets_from(client.chat.completions.create(model="m", messages=messages))
+        assert answers[0].aggregation.answer == answers[1].aggregation.answer == "42"
+        assert len(answers[1].candidates) == 5 and answers[1].metadata["cancelled"] == []
+        assert upstream.requests[-1].get("stream") is None  # settle off: the n request is not streamed
+
+
+def test_without_stream_n_a_request_with_n_is_answered_whole():
+    with OpenAITestServer(_short_and_long) as upstream:
+        client = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+        completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        (sample_set,) = sample_sets_from(completion)
+        assert len(sample_set.candidates) == 5 and sample_set.usage.completion_tokens > 0
+        assert upstream.requests[-1].get("stream") is None

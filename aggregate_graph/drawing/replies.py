@@ -4,6 +4,7 @@ LangChain chat model's result (`reply_of`), or a model's own reply to a call not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from langchain_core.callbacks import Callbacks
@@ -23,10 +24,16 @@ class ReplyChoice(NamedTuple):
 
 
 class Reply(NamedTuple):
-    """A candidate request's answer, as candidates are built from it: its samples and the request's usage."""
+    """A candidate request's answer, as candidates are built from it: its samples and the request's usage.
+    `closed`: a streamed `n` request closed once the vote settled (`StreamsChoices`); the choices it has are
+    those that finished, and the rest were never generated."""
 
     choices: list[ReplyChoice]
     usage: Usage | None
+    closed: bool = False
+
+
+OnChoice = Callable[[ReplyChoice], bool]  # told of a finished choice; True: the rest are not needed
 
 
 @runtime_checkable
@@ -42,6 +49,17 @@ class RepliesDirectly(Protocol):
     def reply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply: ...
 
     async def areply(self, messages: list[BaseMessage], stop: list[str] | None = None, **kwargs: Any) -> Reply: ...
+
+
+@runtime_checkable
+class StreamsChoices(Protocol):
+    """A `RepliesDirectly` model that can stream one request's `n` choices: each is told to `on_choice` as it
+    finishes, in the order they finish, and the stream is closed (the upstream stops generating the rest) as soon
+    as `on_choice` says the rest are no longer needed. Settling early uses it for a request with `n`."""
+
+    def stream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply: ...
+
+    async def astream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply: ...
 
 
 def _request_usage(result: LLMResult) -> Usage | None:

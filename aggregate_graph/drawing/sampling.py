@@ -21,7 +21,7 @@ from langgraph.constants import TAG_NOSTREAM
 from tenacity import AsyncRetrying, Retrying
 
 from aggregate_graph.drawing.n_support import after_failed_n, learn, n_was_refused
-from aggregate_graph.drawing.replies import RepliesDirectly, Reply, reply_of
+from aggregate_graph.drawing.replies import OnChoice, RepliesDirectly, Reply, ReplyChoice, StreamsChoices, reply_of
 from aggregate_graph.drawing.retries import one_attempt, remaining, retry_after, retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.drawing.settling import Settling, cancelled_by
@@ -134,6 +134,7 @@ class Drawer:
     sampler: Sampler
     config: RunnableConfig | None = None
     settling: Settling | None = None
+    stream_n: bool = False  # a request with `n` is streamed, so that settling can close it (`streams_choices`)
     direct: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +150,27 @@ class Drawer:
     def not_needed(self) -> bool:
         """Whether the wave is settled, so that a request not yet sent is not sent."""
         return self.settling is not None and self.settling.settled
+
+    def streams_choices(self, draw: Draw) -> bool:
+        """Whether `draw`'s request with `n` is streamed, so that settling early can close it once the vote is
+        settled (`StreamsChoices`: the client's own `create`, nothing observing the call)."""
+        if not self.stream_n or self.settling is None or len(draw.indices) == 1:
+            return False
+        return self.direct and isinstance(self.sampler.model, StreamsChoices)
+
+
+def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
+    """Reports each choice of a streamed `n` request as it finishes, as the candidate at the next of the draw's
+    indices (`_candidates` numbers the reply's choices in the same order: the order they finished); says whether
+    the rest are no longer needed."""
+    started, indices = time.perf_counter(), iter(draw.indices)
+
+    def on_choice(choice: ReplyChoice) -> bool:
+        single = _subdraw(draw, (next(indices),))
+        report(_candidates(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
+        return drawer.not_needed()
+
+    return on_choice
 
 
 class _Attempt(NamedTuple):
@@ -246,6 +268,8 @@ def _plan(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> _Plan[list[C
             return (yield from _after_failed_n(draw, sampler, policy, exc, started))
         return _failed(draw, sampler, exc, time.perf_counter() - started)
     done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
+    if reply.closed:  # settled early: the choices that had not finished were never generated
+        return done
     if k > 1:
         learn(sampler.endpoint, "ignored" if missing else "honoured")
     if missing:  # a server that ignored `n`: the rest one by one, within the deadline
@@ -303,8 +327,11 @@ def draw_candidates(
     rest once settled)."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
+    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw) else None
 
     def call() -> Reply:
+        if streamed is not None:
+            return cast(StreamsChoices, sampler.model).stream_choices(messages, streamed, **kwargs)
         if drawer.direct:
             return cast(RepliesDirectly, sampler.model).reply(messages, **kwargs)
         return reply_of(sampler.model.generate([messages], **kwargs))
@@ -358,8 +385,11 @@ async def adraw_candidates(
     """Async `draw_candidates`."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
+    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw) else None
 
     async def call() -> Reply:
+        if streamed is not None:
+            return await cast(StreamsChoices, sampler.model).astream_choices(messages, streamed, **kwargs)
         if drawer.direct:
             return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
         return reply_of(await sampler.model.agenerate([messages], **kwargs))

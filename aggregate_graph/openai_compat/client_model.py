@@ -30,7 +30,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables.config import run_in_executor, var_child_runnable_config
 from pydantic import ConfigDict, Field
 
-from aggregate_graph.drawing.replies import Reply, ReplyChoice
+from aggregate_graph.drawing.replies import OnChoice, Reply, ReplyChoice
 from aggregate_graph.sample_set import Usage
 
 CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings
@@ -106,11 +106,17 @@ def _tool_call_chunks(delta: Any) -> list[ToolCallChunk]:
     return chunks
 
 
-def _usage(usage: Any) -> UsageMetadata | None:
+def _usage_record(usage: Any) -> Usage | None:
+    """A response's usage as the sample set records it."""
     if usage is None:
         return None
     details = (getattr(usage, "prompt_tokens_details", None), getattr(usage, "completion_tokens_details", None))
-    return UsageMetadata(**Usage.of(usage.prompt_tokens, usage.completion_tokens, *details).usage_metadata())
+    return Usage.of(usage.prompt_tokens, usage.completion_tokens, *details)
+
+
+def _usage(usage: Any) -> UsageMetadata | None:
+    record = _usage_record(usage)
+    return None if record is None else UsageMetadata(**record.usage_metadata())
 
 
 class ClientChatModel(BaseChatModel):
@@ -264,15 +270,36 @@ class OpenAIClientChatModel(ClientChatModel):
             )
             for choice in response.choices
         ]
-        if usage is None:
-            return Reply(choices, None)
-        details = (getattr(usage, "prompt_tokens_details", None), getattr(usage, "completion_tokens_details", None))
-        return Reply(choices, Usage.of(usage.prompt_tokens, usage.completion_tokens, *details))
+        return Reply(choices, _usage_record(usage))
 
     def _stream_body(
         self, messages: Sequence[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> dict[str, Any]:
         return {**self._body(messages, stop, kwargs), "stream": True, "stream_options": {"include_usage": True}}
+
+    def stream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply:
+        """The request's choices streamed, each told to `on_choice` as it finishes; the stream is closed once
+        `on_choice` says the rest are not needed (`StreamsChoices`)."""
+        if self.is_async:
+            raise TypeError("this model wraps an async client: call it with astream_choices")
+        body = self._stream_body(messages, None, kwargs)
+        choices = _StreamedChoices(body.get("n") or 1, on_choice)
+        with self.create(**body) as events:
+            for event in events:
+                if choices.take(event):
+                    break  # leaving the block closes the connection: the upstream stops generating
+        return choices.reply()
+
+    async def astream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply:
+        if not self.is_async:
+            return await run_in_executor(None, self.stream_choices, messages, on_choice, **kwargs)
+        body = self._stream_body(messages, None, kwargs)
+        choices = _StreamedChoices(body.get("n") or 1, on_choice)
+        async with await self.create(**body) as events:
+            async for event in events:
+                if choices.take(event):
+                    break
+        return choices.reply()
 
     @staticmethod
     def _chunk(event: Any) -> ChatGenerationChunk | None:
@@ -321,3 +348,39 @@ class OpenAIClientChatModel(ClientChatModel):
                     if run_manager is not None and chunk.text:
                         await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
                     yield chunk
+
+
+class _StreamedChoices:
+    """The choices of one streamed request with `n`, put together from their deltas; each is told to `on_choice`
+    as it finishes."""
+
+    def __init__(self, n: int, on_choice: OnChoice) -> None:
+        self.n, self.on_choice = n, on_choice
+        self.texts: dict[int, list[str]] = {}
+        self.calls: dict[int, list[ToolCallChunk]] = {}
+        self.finished: list[ReplyChoice] = []
+        self.usage: Usage | None = None
+        self.closed = False
+
+    def take(self, event: Any) -> bool:
+        """Take one event; whether to close the stream (the choices still out are no longer needed)."""
+        if event.usage is not None:
+            self.usage = _usage_record(event.usage)
+        for choice in event.choices:
+            self.texts.setdefault(choice.index, []).append(choice.delta.content or "")
+            self.calls.setdefault(choice.index, []).extend(_tool_call_chunks(choice.delta))
+            if choice.finish_reason is None:
+                continue
+            # the pieces of its tool calls joined by index, as LangChain adds up a streamed message's chunks
+            pieces = [AIMessageChunk(content="", tool_call_chunks=[piece]) for piece in self.calls.pop(choice.index)]
+            calls = [dict(call) for call in sum(pieces, AIMessageChunk(content="")).tool_calls]
+            text = "".join(self.texts.pop(choice.index))
+            self.finished.append(ReplyChoice(text, calls, event.model, choice.finish_reason))
+            if self.on_choice(self.finished[-1]) and len(self.finished) < self.n:
+                self.closed = True
+                return True
+        return False
+
+    def reply(self) -> Reply:
+        """The finished choices; a closed stream reports no usage (the upstream sends it only at the end)."""
+        return Reply(self.finished, self.usage, closed=self.closed)

@@ -165,6 +165,7 @@ class OpenAITestServer:
     async def _client_left_during(request: Request, seconds: float) -> bool:
         """Waits `seconds` (the request's latency) unless the client closes the connection first: True then, as
         an upstream that stops generating for a cancelled request."""
+
         async def disconnect() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
@@ -249,13 +250,12 @@ class OpenAITestServer:
             completion_tokens = sum(_completion_tokens(r) for r in replies)
             with self._lock:
                 self.prompt_tokens_billed += prompt_tokens
-                self.completion_tokens_served += completion_tokens
-            if body.get("stream"):
-                if n > 1:
-                    return _error(400, "streaming returns one choice here", "invalid_request_error", "n")
+            if body.get("stream"):  # its tokens are counted as they are sent
                 usage = (body.get("stream_options") or {}).get("include_usage", False)
-                events = self._stream(body.get("model") or self.model, replies[0], prompt_tokens, usage)
+                events = self._stream(body.get("model") or self.model, replies, prompt_tokens, usage)
                 return StreamingResponse(events, media_type="text/event-stream")
+            with self._lock:
+                self.completion_tokens_served += completion_tokens
             response = _completion(
                 body.get("model") or self.model, replies, prompt_tokens, completion_tokens, self.finish_reason
             )
@@ -293,25 +293,44 @@ class OpenAITestServer:
                 await asyncio.sleep(self.token_latency_s)
             yield f"event: {event['type']}\n{sse(event)}"
 
-    async def _stream(self, model: str, reply: Reply, prompt_tokens: int, include_usage: bool) -> AsyncIterator[str]:
-        """The reply as server-sent events, a word per chunk, `token_latency_s` apart."""
-        text, calls = _text(reply), _tool_calls(reply)
+    async def _stream(
+        self, model: str, replies: list[Reply], prompt_tokens: int, include_usage: bool
+    ) -> AsyncIterator[str]:
+        """The replies as server-sent events: each choice a word per chunk, the choices in turn, a round of words
+        `token_latency_s` apart, so that a shorter choice finishes first. The tokens sent are counted in
+        `completion_tokens_served`; a client that closes the stream before its end is counted in `aborted`."""
         envelope = {**completion_envelope(model), "object": "chat.completion.chunk"}
 
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
-            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        def chunk(index: int, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+            choice = {"index": index, "delta": delta, "finish_reason": finish_reason}
             return sse({**envelope, "choices": [choice]})
 
-        yield chunk({"role": "assistant", "content": ""})
-        for i, word in enumerate(re.findall(r"\s*\S+", text)):
-            if i and self.token_latency_s:
-                await asyncio.sleep(self.token_latency_s)
-            yield chunk({"content": word})
-        if calls:
-            yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
-        yield chunk({}, "tool_calls" if calls else self.finish_reason)
+        def served(tokens: int) -> None:
+            with self._lock:
+                self.completion_tokens_served += tokens
+
+        words = [re.findall(r"\s*\S+", _text(reply)) for reply in replies]
+        try:
+            for index in range(len(replies)):
+                yield chunk(index, {"role": "assistant", "content": ""})
+            for round_no in range(max(map(len, words)) + 1):
+                if round_no and self.token_latency_s:
+                    await asyncio.sleep(self.token_latency_s)
+                for index, reply in enumerate(replies):
+                    if round_no < len(words[index]):
+                        served(count_tokens(words[index][round_no]))
+                        yield chunk(index, {"content": words[index][round_no]})
+                    elif round_no == len(words[index]):  # this choice's last chunk: its tool calls, then the end
+                        if calls := _tool_calls(reply):
+                            served(sum(count_tokens(c["function"]["arguments"]) for c in calls))
+                            yield chunk(index, {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+                        yield chunk(index, {}, "tool_calls" if calls else self.finish_reason)
+        except (asyncio.CancelledError, GeneratorExit):
+            with self._lock:
+                self.aborted += 1
+            raise
         if include_usage:
-            completion_tokens = _completion_tokens(reply)
+            completion_tokens = sum(_completion_tokens(reply) for reply in replies)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
             usage["total_tokens"] = prompt_tokens + completion_tokens
             yield sse({**envelope, "choices": [], "usage": {**usage, **self.token_details}})
