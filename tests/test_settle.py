@@ -247,3 +247,13 @@ def test_without_stream_n_a_request_with_n_is_answered_whole():
         (sample_set,) = sample_sets_from(completion)
         assert len(sample_set.candidates) == 5 and sample_set.usage.completion_tokens > 0
         assert upstream.requests[-1].get("stream") is None
+
+
+def test_the_proxy_closes_a_streamed_n_request_once_settled():
+    with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
+        with proxy_for(upstream, n=5, stream_n=True) as url:
+            client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+            completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        (sample_set,) = sample_sets_from(completion)
+        assert sample_set.aggregation.answer == "42" and len(sample_set.metadata["cancelled"]) == 2
+        assert upstream.calls == 1 and upstream.requests[0]["stream"] is True and upstream.requests[0]["n"] == 5

@@ -143,6 +143,7 @@ def proxy(args: argparse.Namespace) -> int:
             min_candidates=args.min_candidates,
             answer_type=args.answer_type,
             settle=args.settle,
+            stream_n=args.stream_n,
             upstream_timeout_s=args.upstream_timeout,
             upstream_retries=args.upstream_retries,
             max_n=args.max_n,
@@ -185,6 +186,11 @@ def add_proxy(commands: Any, common: argparse.ArgumentParser) -> None:
         help="how each candidate's answer is read (default auto: chosen per question)",
     )  # fmt: skip
     proxy_cmd.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True, help=SETTLE_HELP)
+    proxy_cmd.add_argument(
+        "--stream-n", action="store_true",
+        help="with --settle, stream an upstream request with n and close it once the vote is settled (its usage is "
+        "then not reported)",
+    )  # fmt: skip
     proxy_cmd.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1; another host needs a client key")
     proxy_cmd.add_argument("--port", type=int, default=8080)
     # No defaults here: a variable named on the command line must be set, a default one may be absent.
