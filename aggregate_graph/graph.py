@@ -27,9 +27,9 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
+from aggregate_graph.drawing.course import Draw
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
-    Draw,
     Drawer,
     OnDrawn,
     adraw_candidates,

@@ -19,7 +19,7 @@ from aggregate_graph.sample_set import Candidate, SampleSet
 # (LANGGRAPH_STRICT_MSGPACK=true); `checkpoint_serde()` allows these explicitly.
 MSGPACK_TYPES = [
     ("aggregate_graph.sample_set", name) for name in ("Aggregation", "Candidate", "SampleSet", "Usage")
-] + [("aggregate_graph.drawing.sampling", "Draw")]
+] + [("aggregate_graph.drawing.course", "Draw")]
 
 
 def checkpoint_serde(*extra: tuple[str, ...]) -> JsonPlusSerializer:

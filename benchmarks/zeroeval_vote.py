@@ -1,13 +1,17 @@
 """The aggregators on modern models' answers: ZeroEval MATH level 5, build split (`id % 4 == 1`, 180 problems).
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/zeroeval_vote.py [--draws 4] [--ssa-draws 1]
+        [--ssa FOLDER] [--validation-of DATA_DIR]
 
 Sets of five replies from the 43 LLMs of 2024: five random models per problem (`--draws` sets each, seeded), and
 five random models of the ten strongest (ranked by accuracy on this split). Accuracy (%) of majority vote,
 WeightedVote with the shipped weights (no ZeroEval model among its sources: the vote classes weigh them),
 WeightedVote fit without labels on these very sets (Dawid–Skene on agreement between the models), and the shipped
-SSA in-process (`--ssa-draws` sets per problem, with its time per set), with 95% bootstrap intervals of each
-one's gain over majority on the same sets. The report split (`id % 4 == 3`) is not read here.
+SSA in-process (`--ssa-draws` sets per problem, with its time per set) beside the vote it reads (its own
+WeightedVote), with 95% bootstrap intervals of each one's gain over majority on the same sets. `--ssa` evaluates
+another trained folder; `--validation-of` keeps only the problems that `aggregate-train build` held out for
+validation in DATA_DIR (a model trained on the other build problems is judged on those). The report split
+(`id % 4 == 3`) is not read here.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from collections import defaultdict
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote, fit_weighted_vote
 from aggregate_graph.aggregators.registry import load_aggregator
+from aggregate_graph.aggregators.trained import load_trained_aggregator
 from aggregate_graph.errors import AggregationError
+from aggregate_graph.log import read_sample_sets
 from aggregate_graph.reading.answers import equivalent
 from training.pools import load_zeroeval
 
@@ -52,8 +58,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--ssa-draws", type=int, default=1)
+    parser.add_argument("--ssa", metavar="FOLDER", help="a trained SSA folder (default: the shipped SSA)")
+    parser.add_argument("--validation-of", metavar="DATA_DIR", help="only the problems DATA_DIR's build validates on")
     args = parser.parse_args()
     sets = load_zeroeval("build")
+    if args.validation_of:
+        held_out = {s.id for s in read_sample_sets(f"{args.validation_of}/validation_sets.jsonl")}
+        sets = [s for s in sets if s.id in held_out]
     accuracy: dict[str, list[bool]] = defaultdict(list)
     for s in sets:
         for c in s.candidates:
@@ -65,7 +76,8 @@ def main() -> int:
         "five random models": [five_of(s, ranked, rng) for s in sets for _ in range(args.draws)],
         "five of the ten strongest": [five_of(s, ranked[:10], rng) for s in sets for _ in range(args.draws)],
     }
-    ssa = load_aggregator("ssa")
+    ssa = load_trained_aggregator(args.ssa) if args.ssa else load_aggregator("ssa")
+    own_vote = ssa.weights or MajorityVote()
     for label, pool in pools.items():
         unsupervised = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
         aggregators = {
@@ -81,11 +93,15 @@ def main() -> int:
         ssa_sets = pool[:: args.draws][:] if args.ssa_draws == 1 else pool[: len(sets) * args.ssa_draws]
         timed = [right(ssa, s) for s in ssa_sets]
         base = [right(MajorityVote(), s)[0] for s in ssa_sets]
+        vote = [right(own_vote, s)[0] for s in ssa_sets]
         wins = [w for w, _ in timed]
         seconds = sorted(t for _, t in timed)
+        label = "ssa (in-process)" if args.ssa else "ssa (shipped, in-process)"
+        print(f"{'its own vote':<32} {100 * statistics.fmean(vote):>10.1f}  {gain_interval(vote, base, rng)}")
         print(
-            f"{'ssa (shipped, in-process)':<32} {100 * statistics.fmean(wins):>10.1f}  "
-            f"{gain_interval(wins, base, rng)} on {len(ssa_sets)} sets; "
+            f"{label:<32} {100 * statistics.fmean(wins):>10.1f}  "
+            f"{gain_interval(wins, base, rng)} on {len(ssa_sets)} sets; over its own vote "
+            f"{gain_interval(wins, vote, rng)}; "
             f"{statistics.median(seconds):.2f} s median, {seconds[int(0.9 * len(seconds))]:.2f} s p90 per set"
         )
     return 0

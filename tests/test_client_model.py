@@ -20,8 +20,9 @@ from langchain_core.tracers.context import collect_runs, tracing_v2_enabled
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
+from aggregate_graph.drawing.course import Draw
 from aggregate_graph.drawing.replies import reply_of
-from aggregate_graph.drawing.sampling import Draw, Drawer, adraw_candidates, draw_candidates, replies_directly
+from aggregate_graph.drawing.sampling import Drawer, adraw_candidates, draw_candidates, replies_directly
 from aggregate_graph.drawing.settings import Sampler
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.testing.openai_server import tool_calls_reply

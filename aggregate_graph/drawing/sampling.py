@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar, cast
+from typing import Any, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -20,74 +19,29 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_con
 from langgraph.constants import TAG_NOSTREAM
 from tenacity import AsyncRetrying, Retrying
 
-from aggregate_graph.drawing.n_support import after_failed_n, learn, n_was_refused
+from aggregate_graph.drawing.course import (
+    Attempt,
+    Done,
+    Draw,
+    Outcome,
+    Retried,
+    Step,
+    Subdraw,
+    Wait,
+    acapture,
+    candidates_of,
+    capture,
+    course,
+    resume,
+    subdraw,
+)
 from aggregate_graph.drawing.replies import OnChoice, RepliesDirectly, Reply, ReplyChoice, StreamsChoices, reply_of
-from aggregate_graph.drawing.retries import one_attempt, remaining, retry_after, retrying, with_timeout
+from aggregate_graph.drawing.retries import retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.drawing.settling import Settling, cancelled_by
-from aggregate_graph.errors import describe, error_body, error_kind
 from aggregate_graph.sample_set import Candidate
 
 OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
-T = TypeVar("T")
-
-
-def _deadline_passed(policy: CandidatePolicy) -> TimeoutError:
-    return TimeoutError(f"the {policy.deadline_s:g}s deadline passed before this sample could be asked for")
-
-
-@dataclass(frozen=True)
-class Draw:
-    """A request for the candidates at `indices`, all from the pool's sampler at `sampler_index`: the payload of
-    one LangGraph `Send` (an index, not the sampler itself, so that the payload checkpoints as plain data)."""
-
-    sampler_index: int
-    indices: tuple[int, ...]
-    messages: tuple[BaseMessage, ...]
-    wave: int = 0
-    concurrency: int | None = None  # set by `route` on a wave's single requests drawn in one task: its share
-    settle_key: str | None = None  # the wave's, when it settles early: its draws share one `Settling`
-
-
-def _candidates(
-    reply: Reply, draw: Draw, sampler: Sampler, latency: float, policy: CandidatePolicy
-) -> tuple[list[Candidate], tuple[int, ...]]:
-    """Candidates for the samples returned, and the indices a server that ignores `n` left unfilled."""
-    choices, request_id = reply.choices[: len(draw.indices)], uuid.uuid4().hex
-    out = []
-    for index, choice in zip(draw.indices, choices, strict=False):
-        candidate = Candidate(
-            index=index,
-            text=choice.text,
-            tool_calls=choice.tool_calls,
-            model=str(choice.model or sampler.model_name),
-            params=sampler.params,
-            usage=reply.usage,
-            request_id=request_id,
-            latency_s=latency,
-            finish_reason=choice.finish_reason,
-            wave=draw.wave,
-        )
-        out.append(candidate)  # its answer is read by the graph, under the set's answer type (`answer_types`)
-    return out, draw.indices[len(choices) :]
-
-
-def _failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
-    status = getattr(exc, "status_code", None)
-    return [
-        Candidate(
-            index=i,
-            model=sampler.model_name,
-            params=sampler.params,
-            latency_s=latency,
-            error=describe(exc),
-            error_status=status if isinstance(status, int) else None,
-            error_kind=error_kind(exc),
-            error_body=error_body(exc),
-            wave=draw.wave,
-        )
-        for i in draw.indices
-    ]
 
 
 def _request_kwargs(sampler: Sampler, k: int) -> dict[str, Any]:
@@ -161,141 +115,16 @@ class Drawer:
 
 def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
     """Reports each choice of a streamed `n` request as it finishes, as the candidate at the next of the draw's
-    indices (`_candidates` numbers the reply's choices in the same order: the order they finished); says whether
+    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished); says whether
     the rest are no longer needed."""
     started, indices = time.perf_counter(), iter(draw.indices)
 
     def on_choice(choice: ReplyChoice) -> bool:
-        single = _subdraw(draw, (next(indices),))
-        report(_candidates(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
+        single = subdraw(draw, (next(indices),))
+        report(candidates_of(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
         return drawer.not_needed()
 
     return on_choice
-
-
-class _Attempt(NamedTuple):
-    """One attempt at the draw's request, under the policy's timeout."""
-
-
-class _Wait(NamedTuple):
-    """The pause before a request's retries."""
-
-    seconds: float
-
-
-class _Retried(NamedTuple):
-    """The request's attempts after the first, under tenacity's retrying with `policy`."""
-
-    policy: CandidatePolicy
-
-
-class _Subdraw(NamedTuple):
-    """Candidates of `draw` under `policy`: one request for them all (`draw_candidates`) or one each
-    (`draw_singles`)."""
-
-    draw: Draw
-    policy: CandidatePolicy
-    singles: bool
-
-
-_Step = _Attempt | _Wait | _Retried | _Subdraw
-# A draw's course, the same blocking and async: it yields each step for a driver to take (`draw_candidates` and
-# `adraw_candidates` each take them their way) and is sent the step's outcome, or thrown the error it raised.
-_Plan = Generator[_Step, Any, T]
-
-
-class _Outcome(NamedTuple):
-    """What a step came to: its value, or the error it raised."""
-
-    value: Any = None
-    error: Exception | None = None
-
-
-class _Done(NamedTuple, Generic[T]):
-    """What a plan returned."""
-
-    value: T
-
-
-def _resume(plan: _Plan[T], outcome: _Outcome) -> _Step | _Done[T]:
-    """The plan's next step once told `outcome` (an error is raised where the plan yielded the step), or what it
-    returned."""
-    try:
-        return plan.send(outcome.value) if outcome.error is None else plan.throw(outcome.error)
-    except StopIteration as finished:
-        return _Done(finished.value)
-
-
-def _capture(take: Callable[[_Step], Any], step: _Step) -> _Outcome:
-    try:
-        return _Outcome(take(step))
-    except Exception as exc:  # the plan decides what a failure means
-        return _Outcome(error=exc)
-
-
-async def _acapture(take: Callable[[_Step], Awaitable[Any]], step: _Step) -> _Outcome:
-    try:
-        return _Outcome(await take(step))
-    except Exception as exc:
-        return _Outcome(error=exc)
-
-
-def _attempts(policy: CandidatePolicy, k: int) -> _Plan[Reply]:
-    """A request's attempts: one (`one_attempt`), or a first without tenacity and, after a transient failure, the
-    rest under it (`retry_after`)."""
-    if one_attempt(policy, k):
-        return (yield _Attempt())
-    started = time.perf_counter()
-    try:
-        return (yield _Attempt())
-    except Exception as exc:
-        if (retry := retry_after(policy, exc, started)) is None:
-            raise
-        yield _Wait(retry.wait_s)
-    return (yield _Retried(retry.rest(started)))
-
-
-def _plan(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> _Plan[list[Candidate]]:
-    """`draw_candidates`' course: the request, what its reply or failure leaves to ask for, and the bookkeeping."""
-    k = len(draw.indices)
-    if k > 1 and not sampler.supports_n(policy):
-        return (yield _Subdraw(draw, policy, singles=True))
-    started = time.perf_counter()
-    try:
-        reply = yield from _attempts(policy, k)
-    except Exception as exc:
-        if k > 1:
-            return (yield from _after_failed_n(draw, sampler, policy, exc, started))
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    done, missing = _candidates(reply, draw, sampler, time.perf_counter() - started, policy)
-    if reply.closed:  # settled early: the choices that had not finished were never generated
-        return done
-    if k > 1:
-        learn(sampler.endpoint, "ignored" if missing else "honoured")
-    if missing:  # a server that ignored `n`: the rest one by one, within the deadline
-        if (left := remaining(policy, started)) is None:
-            return done + _failed(_subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += yield _Subdraw(_subdraw(draw, missing), left, singles=True)
-    return done
-
-
-def _after_failed_n(
-    draw: Draw, sampler: Sampler, policy: CandidatePolicy, exc: Exception, started: float
-) -> _Plan[list[Candidate]]:
-    """What follows a failed `n` request (`after_failed_n`): give up, ask for all one by one, or probe with one
-    sample whose answer (`n_was_refused`, remembered) decides what happens to the rest."""
-    action, left = after_failed_n(exc), remaining(policy, started)
-    if action == "fail" or left is None:  # the deadline passed: the n request's own error says why
-        return _failed(draw, sampler, exc, time.perf_counter() - started)
-    if action == "singles":
-        return (yield _Subdraw(draw, left, singles=True))
-    probe = yield _Subdraw(_subdraw(draw, draw.indices[:1]), left, singles=False)
-    rest, verdict = _subdraw(draw, draw.indices[1:]), n_was_refused(probe[0], exc)
-    if verdict is True:
-        learn(sampler.endpoint, "refused")
-    if verdict is False or (left := remaining(policy, started)) is None:
-        return probe + _failed(rest, sampler, exc, time.perf_counter() - started)
-    return probe + (yield _Subdraw(rest, left, singles=True))
 
 
 def _once(on_drawn: OnDrawn | None) -> OnDrawn:
@@ -309,10 +138,6 @@ def _once(on_drawn: OnDrawn | None) -> OnDrawn:
             on_drawn(new)
 
     return report
-
-
-def _subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
-    return Draw(draw.sampler_index, indices, draw.messages, draw.wave, settle_key=draw.settle_key)
 
 
 def draw_candidates(
@@ -339,21 +164,21 @@ def draw_candidates(
     def attempt() -> Reply:
         return with_timeout(call, policy.timeout_s)
 
-    def take(step: _Step) -> Any:
+    def take(step: Step) -> Any:
         match step:
-            case _Attempt():
+            case Attempt():
                 return attempt()
-            case _Wait(seconds):
+            case Wait(seconds):
                 return time.sleep(seconds)
-            case _Retried(rest):
+            case Retried(rest):
                 return retrying(rest, Retrying)(attempt)
-            case _Subdraw(sub, left, singles):
+            case Subdraw(sub, left, singles):
                 return (draw_singles if singles else draw_candidates)(sub, left, drawer, report)
 
-    plan = _plan(draw, sampler, policy)
-    step = _resume(plan, _Outcome())
-    while not isinstance(step, _Done):
-        step = _resume(plan, _capture(take, step))
+    plan = course(draw, sampler, policy)
+    step = resume(plan, Outcome())
+    while not isinstance(step, Done):
+        step = resume(plan, capture(take, step))
     report(step.value)
     return step.value
 
@@ -373,7 +198,7 @@ def draw_singles(
             on_drawn(drawn)
         return drawn
 
-    singles = [_subdraw(draw, (i,)) for i in draw.indices]
+    singles = [subdraw(draw, (i,)) for i in draw.indices]
     # ContextThreadPoolExecutor: each request sees the node's config and tracing context, as the node does
     with ContextThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
         return [c for batch in pool.map(one, singles) for c in batch]
@@ -404,21 +229,21 @@ async def adraw_candidates(
                 raise
             raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
 
-    async def take(step: _Step) -> Any:
+    async def take(step: Step) -> Any:
         match step:
-            case _Attempt():
+            case Attempt():
                 return await attempt()
-            case _Wait(seconds):
+            case Wait(seconds):
                 return await asyncio.sleep(seconds)
-            case _Retried(rest):
+            case Retried(rest):
                 return await retrying(rest, AsyncRetrying)(attempt)
-            case _Subdraw(sub, left, singles):
+            case Subdraw(sub, left, singles):
                 return await (adraw_singles if singles else adraw_candidates)(sub, left, drawer, report)
 
-    plan = _plan(draw, sampler, policy)
-    step = _resume(plan, _Outcome())
-    while not isinstance(step, _Done):
-        step = _resume(plan, await _acapture(take, step))
+    plan = course(draw, sampler, policy)
+    step = resume(plan, Outcome())
+    while not isinstance(step, Done):
+        step = resume(plan, await acapture(take, step))
     report(step.value)
     return step.value
 
@@ -433,7 +258,7 @@ async def adraw_singles(
         async with gate:
             if drawer.not_needed():
                 return []
-            drawn = await adraw_candidates(_subdraw(draw, (index,)), policy, drawer)
+            drawn = await adraw_candidates(subdraw(draw, (index,)), policy, drawer)
         if on_drawn is not None:
             on_drawn(drawn)
         return drawn
