@@ -118,11 +118,12 @@ def test_a_blocking_run_does_not_send_the_requests_a_settled_vote_no_longer_need
 
 
 def test_a_split_vote_waits_for_the_candidates_that_decide_it():
-    replies = ["The answer is 42.", "The answer is 41."]
+    replies = ["The answer is 42.", "The answer is 41.", "The answer is 40."]  # 1-1-1, then the fourth decides
     with OpenAITestServer(replies, latency_s=by_arrival([0.01, 0.02, 0.03, 0.3]), n_mode="reject") as s:
         graph = build_aggregate_graph(chat(s), n=4, policy={"use_n": False})
         out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
         assert len(out["sample_set"].candidates) == 4 and s.stats()["aborted"] == 0
+        assert out["sample_set"].aggregation.answer == "42"
 
 
 def candidates(*answers: str, texts: list[str] | None = None) -> SampleSet:
@@ -136,7 +137,11 @@ def candidates(*answers: str, texts: list[str] | None = None) -> SampleSet:
 
 def test_each_vote_settles_by_its_own_margin():
     assert MajorityVote().settled(candidates("42", "42", "42"), 2)
-    assert not MajorityVote().settled(candidates("42", "42", "41"), 1)  # 2 - 1 is not more than 1 still out
+    # 2 - 1 is not more than 1 still out, but a 2-2 tie goes to the answer whose first candidate comes first
+    assert MajorityVote().settled(candidates("42", "42", "41"), 1)
+    assert not MajorityVote().settled(candidates("41", "42", "42"), 1)  # that tie would go to 41
+    assert not MajorityVote().settled(candidates("42", "41"), 2)  # a new answer could take both
+    assert not MajorityVote(weights={"m": 1.0}).settled(candidates("42", "42", "41"), 1)  # weighted: no tie rule
     assert MajorityVote().settled(candidates("42", "42", "42", "41"), 1)
     assert not MajorityVote(weights=lambda c: 1.0).settled(candidates("42", "42", "42"), 0)  # unbounded weights
     heavy = WeightedVote({"m": 1.0}, default_weight=3.0)  # a candidate still out may weigh 3

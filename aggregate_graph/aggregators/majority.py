@@ -26,6 +26,25 @@ def abstentions_of(sample_set: SampleSet) -> dict[str, str]:
     return {str(c.index): c.abstention for c in sample_set.candidates if c.ok and c.abstention is not None}
 
 
+def wins_every_tie(choices: Mapping[str, list[Candidate]], landed: set[int], outstanding: int) -> bool:
+    """One vote per candidate: whether the leading choice stays the winner whatever the `outstanding` candidates
+    answer, counting the ties it would win. A tie goes to the choice whose first candidate has the lowest index
+    (`plurality`), and an outstanding candidate's index is one not `landed` (the lowest free one at least), so a
+    challenger the outstanding votes bring level loses the tie when the leader's first index is below both its own
+    first index and theirs."""
+    votes, tied = plurality(choices)
+    leader, first = tied[0], choices[tied[0]][0].index
+    lowest_out = next(i for i in range(len(landed) + 1) if i not in landed) if outstanding else None
+    challengers = [(votes[key], choices[key][0].index) for key in choices if key != leader]
+    if lowest_out is not None:
+        challengers.append((0.0, lowest_out))  # an answer no candidate has given yet
+    for count, index in challengers:
+        reach, earliest = count + outstanding, index if lowest_out is None else min(index, lowest_out)
+        if reach > votes[leader] or (reach == votes[leader] and earliest < first):
+            return False
+    return True
+
+
 @register
 class MajorityVote(Aggregator):
     """The answer most candidates agree on, equivalence decided by `answers.group_equivalent`.
@@ -71,12 +90,18 @@ class MajorityVote(Aggregator):
 
     def settled(self, sample_set: SampleSet, outstanding: int) -> bool:
         """Settled once the leading answer's votes exceed the runner-up's by more than the outstanding candidates
-        could carry (each at most `largest_weight`): waiting for them cannot change the answer."""
+        could carry (each at most `largest_weight`): waiting for them cannot change the answer. Unweighted, it is
+        also settled where they could at most bring a challenger level with the leader and the tie would go to the
+        leader (`wins_every_tie`)."""
         voters = [c for c in sample_set.candidates if is_voter(c)]
         if not voters or (largest := self.largest_weight()) is None:
             return False
-        votes = {key: sum(self._weight(c) for c in members) for key, members in self._choices(voters).items()}
-        return stays_first(votes, outstanding * largest)
+        choices = self._choices(voters)
+        votes = {key: sum(self._weight(c) for c in members) for key, members in choices.items()}
+        if stays_first(votes, outstanding * largest):
+            return True
+        landed = {c.index for c in sample_set.candidates}
+        return self.weights is None and wins_every_tie(choices, landed, outstanding)
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started = time.perf_counter()
