@@ -2,7 +2,8 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/settle_latency.py [--questions 40]
 
-The upstream is the test server on 127.0.0.1 serving one model's real GSM8K replies (Faithful-CoT,
+The upstream is the test server on 127.0.0.1, in a process of its own (its CPU is not the client's, as a real
+upstream's is not; one process per configuration), serving one model's real GSM8K replies (Faithful-CoT,
 gpt-3.5-turbo, its five prompts; unreserved problems), each request's latency 200 ms × lognormal(σ = 0.6), no `n`
 support, so every candidate is its own request. The k-th request for a question gets that question's reply k mod 5
 and a latency drawn from a seed of (question, k): every configuration sees the same replies with the same
@@ -20,14 +21,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
+import multiprocessing
 import random
 import statistics
-import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 from openai import AsyncOpenAI, OpenAI
 
 from aggregate_graph import wrap_openai
@@ -40,20 +44,42 @@ MEDIAN_S, SIGMA = 0.2, 0.6
 WORD_S = 0.02  # a reply's pace, 50 words a second: the upstream of the streamed-n table
 
 
+Stats = Callable[[], dict[str, int]]
+
+
+@contextlib.contextmanager
+def upstream_process(make: Callable[[], OpenAITestServer]) -> Iterator[tuple[str, Stats]]:
+    """The server `make` builds, serving from a forked process of its own; yields its base URL and its counters."""
+    ours, theirs = multiprocessing.Pipe()
+
+    def serve() -> None:
+        with make() as server:
+            theirs.send(server.base_url)
+            theirs.recv()  # serves until told to stop
+
+    process = multiprocessing.get_context("fork").Process(target=serve, daemon=True)
+    process.start()
+    base_url = ours.recv()
+    with httpx.Client(base_url=base_url.removesuffix("/v1")) as http:
+        try:
+            yield base_url, lambda: http.get("/test/stats").raise_for_status().json()
+        finally:
+            ours.send(None)
+            process.join(10)
+
+
 class Upstream:
-    """Each question's replies and latencies, assigned per (run, question) in the order requests arrive."""
+    """Each question's replies and latencies, assigned per question in the order requests arrive (the server
+    runs in its own process, one per configuration, so each configuration counts from the start)."""
 
     def __init__(self, sets: list[Any]) -> None:
         self.by_question = {s.question: s for s in sets}
-        self.counts: Counter[tuple[str, str]] = Counter()
-        self.run = ""
-        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
 
     def latency(self, body: dict[str, Any], number: int) -> float:
         question = body["messages"][-1]["content"]
-        with self.lock:
-            k = self.counts[(self.run, question)]
-            self.counts[(self.run, question)] += 1
+        k = self.counts[question]  # the server's one event loop calls this: no lock needed
+        self.counts[question] += 1
         candidates = self.by_question[question].candidates
         body["_reply"] = candidates[k % len(candidates)].text  # read by `reply`: the same request's body
         return MEDIAN_S * math.exp(SIGMA * random.Random(f"{question}:{k}").gauss(0, 1))
@@ -102,61 +128,62 @@ def main() -> int:
     clear = {s.question for s in sets if Counter(c.answer for c in s.candidates).most_common(1)[0][1] >= 4}
     upstream = Upstream(sets)
     rows: dict[str, dict[str, Any]] = {}
-    with OpenAITestServer(upstream.reply, latency_s=upstream.latency, n_mode="reject") as server:
 
-        def measure(label: str, n: int, calls: list[tuple[float, str]], served: dict[str, int]) -> None:
-            rows[label] = {"n": n, "latency": [t for t, _ in calls], "answers": [a for _, a in calls], **served}
+    def run(label: str, n: int, go: Callable[[str, Stats], dict[str, Any]]) -> None:
+        def make() -> OpenAITestServer:
+            return OpenAITestServer(upstream.reply, latency_s=upstream.latency, n_mode="reject")
 
-        def run(label: str, n: int, go: Any) -> None:
-            upstream.run = label
-            before = dict(server.stats())
-            per_question = go()
-            after = server.stats()
-            tokens = {q: t for q, t in per_question["tokens"].items()}
-            measure(label, n, per_question["calls"], {
-                "tokens": after["completion_tokens_served"] - before["completion_tokens_served"],
-                "tokens_by_question": tokens,
-                "aborted": after["aborted"] - before["aborted"],
-            })  # fmt: skip
+        with upstream_process(make) as (base_url, stats):
+            per_question = go(base_url, stats)
+            served = stats()
+        rows[label] = {
+            "n": n,
+            "latency": [t for t, _ in per_question["calls"]],
+            "answers": [a for _, a in per_question["calls"]],
+            "tokens": served["completion_tokens_served"],
+            "tokens_by_question": per_question["tokens"],
+            "aborted": served["aborted"],
+        }
 
-        def asynchronous(n: int, settle: bool) -> Any:
-            async def go() -> dict[str, Any]:
-                client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-                create = (
-                    client.chat.completions.create
-                    if n == 1
-                    else wrap_openai(client, n=n, settle=settle, answer_type=executed.get).chat.completions.create
-                )
-                calls, tokens = [], {}
-                for question in questions:
-                    before = server.stats()["completion_tokens_served"]
-                    calls.append(await timed_async(create, question))
-                    await asyncio.sleep(0.05)  # the aborted requests' handlers finish before the next count
-                    tokens[question] = server.stats()["completion_tokens_served"] - before
-                await client.close()
-                return {"calls": calls, "tokens": tokens}
+    def asynchronous(n: int, settle: bool) -> Callable[[str, Stats], dict[str, Any]]:
+        async def go(base_url: str, stats: Stats) -> dict[str, Any]:
+            client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+            create = (
+                client.chat.completions.create
+                if n == 1
+                else wrap_openai(client, n=n, settle=settle, answer_type=executed.get).chat.completions.create
+            )
+            calls, tokens = [], {}
+            for question in questions:
+                before = stats()["completion_tokens_served"]
+                calls.append(await timed_async(create, question))
+                await asyncio.sleep(0.05)  # the aborted requests' handlers finish before the next count
+                tokens[question] = stats()["completion_tokens_served"] - before
+            await client.close()
+            return {"calls": calls, "tokens": tokens}
 
-            return lambda: asyncio.run(go())
+        return lambda base_url, stats: asyncio.run(go(base_url, stats))
 
-        def blocking(n: int, settle: bool) -> Any:
-            def go() -> dict[str, Any]:
-                client = OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-                create = wrap_openai(client, n=n, settle=settle, answer_type=executed.get).chat.completions.create
-                calls, tokens = [], {}
-                for question in questions:
-                    before = server.stats()["completion_tokens_served"]
-                    calls.append(timed_sync(create, question))
-                    tokens[question] = server.stats()["completion_tokens_served"] - before
-                return {"calls": calls, "tokens": tokens}
+    def blocking(n: int, settle: bool) -> Callable[[str, Stats], dict[str, Any]]:
+        def go(base_url: str, stats: Stats) -> dict[str, Any]:
+            client = OpenAI(base_url=base_url, api_key="x", max_retries=0)
+            create = wrap_openai(client, n=n, settle=settle, answer_type=executed.get).chat.completions.create
+            calls, tokens = [], {}
+            for question in questions:
+                before = stats()["completion_tokens_served"]
+                calls.append(timed_sync(create, question))
+                time.sleep(0.05)
+                tokens[question] = stats()["completion_tokens_served"] - before
+            return {"calls": calls, "tokens": tokens}
 
-            return go
+        return go
 
-        run("warm-up", 5, asynchronous(5, True))
-        run("single call", 1, asynchronous(1, False))
-        for n in (5, 9):
-            run(f"n={n} wait for all", n, asynchronous(n, False))
-            run(f"n={n} settle", n, asynchronous(n, True))
-        run("n=5 settle, blocking client", 5, blocking(5, True))
+    run("warm-up", 5, asynchronous(5, True))
+    run("single call", 1, asynchronous(1, False))
+    for n in (5, 9):
+        run(f"n={n} wait for all", n, asynchronous(n, False))
+        run(f"n={n} settle", n, asynchronous(n, True))
+    run("n=5 settle, blocking client", 5, blocking(5, True))
     single = rows.pop("single call")
     rows.pop("warm-up")
     base_median, base_p90 = statistics.median(single["latency"]), quantile(single["latency"], 0.9)
@@ -194,10 +221,13 @@ def streamed_n(sets: list[Any], executed: dict[str, str | None]) -> None:
     `WORD_S` a word. Waiting for all gets one response once its longest choice is generated; settling streams the
     request and closes it once the vote is settled (the rest are never generated). The single call is one reply."""
     texts = {s.question: [c.text for c in s.candidates] for s in sets}
-    turns: Counter[str] = Counter()  # the next of the question's replies to serve, per configuration
+    position = {question: i for i, question in enumerate(texts)}
+    turns: Counter[str] = Counter()  # the next of the question's replies to serve (in the server's process)
 
     def reply(body: dict[str, Any], number: int) -> str:
         question = body["messages"][-1]["content"]
+        if not body.get("n"):  # the single call: each of the question's replies in turn across the questions
+            return texts[question][position[question] % 5]
         turns[question] += 1
         return texts[question][(turns[question] - 1) % 5]
 
@@ -205,32 +235,29 @@ def streamed_n(sets: list[Any], executed: dict[str, str | None]) -> None:
         if body.get("stream"):
             return 0.0
         question, n = body["messages"][-1]["content"], int(body.get("n") or 1)
-        served = [texts[question][(turns[question] + i) % 5] for i in range(n)]
-        return WORD_S * max(len(text.split()) for text in served)
+        first = turns[question] if n > 1 else position[question]
+        return WORD_S * max(len(texts[question][(first + i) % 5].split()) for i in range(n))
 
     results: dict[str, dict[str, list[Any]]] = {}
-    with OpenAITestServer(reply, latency_s=latency, token_latency_s=WORD_S) as server:
 
-        async def go(label: str, n: int, settle: bool) -> None:
-            client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
-            wrapped = wrap_openai(client, n=n, settle=settle, stream_n=True, answer_type=executed.get)
-            create = client.chat.completions.create if n == 1 else wrapped.chat.completions.create
-            row: dict[str, list[Any]] = {"latency": [], "answers": [], "tokens": []}
-            turns.clear()
-            for i, question in enumerate(texts):
-                if n == 1:  # the single call: each of the question's replies in turn across the questions
-                    turns[question] = i % 5
-                before = server.stats()["completion_tokens_served"]
-                elapsed, answer = await timed_async(create, question)
-                await asyncio.sleep(0.05)  # a closed stream's handler finishes before the count
-                row["latency"].append(elapsed)
-                row["answers"].append(answer)
-                row["tokens"].append(server.stats()["completion_tokens_served"] - before)
-            await client.close()
-            results[label] = row
+    async def go(label: str, n: int, settle: bool, base_url: str, stats: Stats) -> None:
+        client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+        wrapped = wrap_openai(client, n=n, settle=settle, stream_n=True, answer_type=executed.get)
+        create = client.chat.completions.create if n == 1 else wrapped.chat.completions.create
+        row: dict[str, list[Any]] = {"latency": [], "answers": [], "tokens": []}
+        for question in texts:
+            before = stats()["completion_tokens_served"]
+            elapsed, answer = await timed_async(create, question)
+            await asyncio.sleep(0.05)  # a closed stream's handler finishes before the count
+            row["latency"].append(elapsed)
+            row["answers"].append(answer)
+            row["tokens"].append(stats()["completion_tokens_served"] - before)
+        await client.close()
+        results[label] = row
 
-        for label, n, settle in (("single call", 1, False), ("wait for all", 5, False), ("settle", 5, True)):
-            asyncio.run(go(label, n, settle))
+    for label, n, settle in (("single call", 1, False), ("wait for all", 5, False), ("settle", 5, True)):
+        with upstream_process(lambda: OpenAITestServer(reply, latency_s=latency, token_latency_s=WORD_S)) as served:
+            asyncio.run(go(label, n, settle, *served))
     single, waited, settled = results["single call"], results["wait for all"], results["settle"]
     base = statistics.median(single["latency"]), quantile(single["latency"], 0.9)
     untied = [i for i, s in enumerate(sets) if not tied(s.candidates, 5)]

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from aggregate_graph.openai_compat.request import content_text
 from aggregate_graph.openai_compat.responses_output import (
@@ -218,7 +219,12 @@ class OpenAITestServer:
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
             try:
-                body = await request.json()
+                try:
+                    body = await request.json()
+                except ClientDisconnect:  # cancelled before its body was read: aborted, as during its latency
+                    with self._lock:
+                        self.aborted += 1
+                    return Response(status_code=499)
                 with self._lock:
                     self.headers.append(dict(request.headers))
                 fault = self._admit(body)
