@@ -278,6 +278,9 @@ class _Nodes:
                 "waves": max((c.wave for c in candidates), default=0) + 1,
                 "samples_saved": self.n - len(candidates),
                 "cancelled": sorted(state.get("cancelled") or []),
+                # succeeded candidates whose request reported no usage (a streamed `n` request closed once
+                # settled, an upstream that sends none): `SampleSet.usage` leaves their tokens out
+                "usage_unreported": [c.index for c in candidates if c.ok and c.usage is None],
                 "answer_type": answer_type,
                 "answers_read": sum(c.answer is not None for c in candidates),
             },

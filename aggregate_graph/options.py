@@ -62,7 +62,8 @@ class AggregationOptions(BaseModel):
             cancel requests in flight; blocking runs skip only the requests not yet sent.
         stream_n: with `settle`, stream a request for several candidates (`n`) through an `openai` client
             (`wrap_openai`, the proxy) and close it once the vote is settled, so that the choices still out stop
-            generating. Off by default: a closed stream reports no usage (the upstream sends it at the end).
+            generating. Off by default: a closed stream reports no usage (the upstream sends it at the end);
+            `sample_set.metadata["usage_unreported"]` names the candidates whose request reported none.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)

@@ -223,6 +223,8 @@ def test_a_streamed_n_request_is_closed_once_the_vote_is_settled():
             assert sample_set.aggregation.answer == "42" and elapsed < 1.0  # all five would take over 2 s
             assert [c.text for c in sample_set.candidates] == ["The answer is 42."] * 3
             assert len(sample_set.metadata["cancelled"]) == 2 and not sample_set.failed
+            # the closed stream never got its usage: the set says whose tokens its usage leaves out
+            assert sample_set.metadata["usage_unreported"] == [c.index for c in sample_set.candidates]
             request = upstream.requests[-1]
             assert request["n"] == 5 and request["stream"] is True  # one request, streamed
         deadline = time.monotonic() + 5
@@ -251,6 +253,7 @@ def test_without_stream_n_a_request_with_n_is_answered_whole():
         completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
         (sample_set,) = sample_sets_from(completion)
         assert len(sample_set.candidates) == 5 and sample_set.usage.completion_tokens > 0
+        assert sample_set.metadata["usage_unreported"] == []
         assert upstream.requests[-1].get("stream") is None
 
 
