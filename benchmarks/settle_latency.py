@@ -14,7 +14,8 @@ Each configuration asks the questions one after another through `wrap_openai(Asy
 blocking `OpenAI` row), settle on and off; the single call is the bare `AsyncOpenAI` client. Printed: the median
 and p90 latency ÷ the single call's, the completion tokens the upstream generated ÷ (n × a single call's) over
 all questions and over those with a clear majority (at least 4 of the 5 replies agree), requests aborted, and
-whether each question's answer is the one waiting for all gives.
+whether each question's answer is the one waiting for all gives. The rows "the rule alone" are the floor: when
+majority's settling rule settles on the drawn latencies themselves, with no client, server or network cost.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from typing import Any
 import httpx
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import wrap_openai
+from aggregate_graph import Candidate, SampleSet, wrap_openai
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.testing.openai_server import OpenAITestServer, count_tokens
 from training.data import one_model
@@ -68,6 +70,24 @@ def upstream_process(make: Callable[[], OpenAITestServer]) -> Iterator[tuple[str
             process.join(10)
 
 
+def latency_s(question: str, k: int) -> float:
+    """The latency of the question's k-th request."""
+    return MEDIAN_S * math.exp(SIGMA * random.Random(f"{question}:{k}").gauss(0, 1))
+
+
+def floor_s(sample_set: SampleSet, n: int) -> float:
+    """When majority's settling rule alone, with no overhead, settles the question's n requests (reply k mod 5
+    landing at `latency_s(question, k)`): the floor the measured settle rows approach."""
+    latencies = [latency_s(sample_set.question, k) for k in range(n)]
+    landed: list[Candidate] = []
+    for k in sorted(range(n), key=latencies.__getitem__):
+        reply = sample_set.candidates[k % len(sample_set.candidates)]
+        landed.append(Candidate(index=k, text=reply.text, answer=reply.answer))
+        if MajorityVote().settled(SampleSet(question=sample_set.question, candidates=landed), n - len(landed)):
+            return latencies[k]
+    return max(latencies)
+
+
 class Upstream:
     """Each question's replies and latencies, assigned per question in the order requests arrive (the server
     runs in its own process, one per configuration, so each configuration counts from the start)."""
@@ -82,7 +102,7 @@ class Upstream:
         self.counts[question] += 1
         candidates = self.by_question[question].candidates
         body["_reply"] = candidates[k % len(candidates)].text  # read by `reply`: the same request's body
-        return MEDIAN_S * math.exp(SIGMA * random.Random(f"{question}:{k}").gauss(0, 1))
+        return latency_s(question, k)
 
     @staticmethod
     def reply(body: dict[str, Any], sample_no: int) -> str:
@@ -211,6 +231,13 @@ def main() -> int:
             f"{label:<30} {statistics.median(row['latency']) / base_median:>8.2f} "
             f"{quantile(row['latency'], 0.9) / base_p90:>6.2f} {row['tokens'] / (n * one_call):>12.2f} "
             f"{row['tokens'] / wait['tokens']:>7.2f} {clear_ratio:>21.2f} {row['aborted']:>7}  {same}/{len(untied)}"
+        )
+    singles = [latency_s(q, 0) for q in questions]
+    for n in (5, 9):
+        floors = [floor_s(s, n) for s in sets]
+        print(
+            f"{f'n={n} settle, the rule alone':<30} {statistics.median(floors) / statistics.median(singles):>8.2f} "
+            f"{quantile(floors, 0.9) / quantile(singles, 0.9):>6.2f}  (the drawn latencies, no overhead on either side)"
         )
     streamed_n(sets[: args.streamed_questions], executed)
     return 0
