@@ -312,6 +312,19 @@ def test_pools_join_with_plus_but_a_config_named_nl_plus_sl_stays_one() -> None:
     assert [c.params["prompt"] for c in one[0].candidates] == ["COT", "NL+SL"]
 
 
+def test_a_sample_set_file_joins_pools_with_plus(tmp_path: Path) -> None:
+    from aggregate_graph.jsonl import write_jsonl
+    from training.data import load_sample_sets
+
+    mine = load_sample_sets("gpt3_solutions", limit=2)
+    write_jsonl(tmp_path / "mine.jsonl", (s.model_dump(mode="json") for s in mine))
+    joined = load_sample_sets(f"{tmp_path / 'mine.jsonl'}+zeroeval_build")
+    assert [s.id for s in joined[:2]] == [s.id for s in mine]
+    assert {s.metadata["source"] for s in joined[2:]} == {"zeroeval_math_l5"} and len(joined) == 2 + 180
+    with pytest.raises(FileNotFoundError, match="no such sample-set JSONL file"):
+        load_sample_sets(f"{tmp_path / 'missing.jsonl'}+zeroeval_build")
+
+
 def test_the_package_docstring_names_every_step_in_order():
     import training
     from training.cli import STEPS

@@ -25,9 +25,8 @@ from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.aggregators.choice import choice_distribution
 from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, load_trained_aggregator
 from aggregate_graph.errors import AggregationError
-from aggregate_graph.log import read_sample_sets
 from aggregate_graph.reading.answers import equivalent
-from training.data import one_model, write_json
+from training.data import load_sample_sets, one_model, write_json
 from training.evaluate import subset
 from training.export import base_model_of
 from training.pools import is_reserved, reserved_questions
@@ -42,7 +41,12 @@ VOTE_WEIGHTS = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]  # how much the vote's own p
 @dataclass
 class CalibrateConfig:
     model_dir: str = field(metadata={"help": "the trained choice SSA (sft's output or an export); updated in place"})
-    validation_sets: str = field(metadata={"help": "held-out sample sets: build's validation_sets.jsonl"})
+    validation_sets: str = field(
+        metadata={
+            "help": "held-out sample sets: build's validation_sets.jsonl, a pool of problems the model never trained "
+            "on (zeroeval_build for a model built without it), or several joined by +"
+        }
+    )
     lms: list[str] = field(
         default_factory=lambda: ["code002", "text002", "text003", "gpt-3.5-turbo"],
         metadata={"help": "one row each: that LM's own candidates, sources anonymised"},
@@ -171,7 +175,7 @@ def calibrate(config: CalibrateConfig) -> dict[str, Any]:
     if record.get("format") != "ssa-choice":
         raise ValueError(f"{folder}: calibrate is for the choice SSA (format ssa-choice), not {record.get('format')!r}")
     reserved = reserved_questions()
-    sets = [s for s in read_sample_sets(config.validation_sets) if s.gold is not None]
+    sets = [s for s in load_sample_sets(config.validation_sets) if s.gold is not None]
     if any(is_reserved(s, reserved) for s in sets):
         raise ValueError(f"{config.validation_sets} holds reserved problems: calibrate on validation problems only")
     base = config.base_model or base_model_of(folder, None)

@@ -35,12 +35,13 @@ POOLS: dict[str, Callable[[], list[SampleSet]]] = {
 
 
 def load_sample_sets(source: str | Path, limit: int | None = None, problems: Problems = "all") -> list[SampleSet]:
-    """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`), several joined
-    by `+` (`faithful_cot+gpt3_solutions`), or a sample-set
-    JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`); `problems` keeps
+    """A pool name (`faithful_cot`, `gpt3_solutions`, `qwen_math`, or `faithful_cot:CFG1,CFG2`), a sample-set
+    JSONL file (what `collect` writes, or the runtime's log exported by `export_sample_sets`), or several of these
+    joined by `+` (`faithful_cot+gpt3_solutions`, `runs/x/validation_sets.jsonl+zeroeval_build`); `problems` keeps
     the reserved evaluation problems out (`unreserved`) or keeps only them (`reserved`)."""
-    parts = str(source).split("+")  # several pools together, e.g. faithful_cot+gpt3_solutions (split by problem)
-    if len(parts) > 1 and all(part.partition(":")[0] in POOLS for part in parts):  # not a config's "NL+SL"
+    parts = str(source).split("+")  # several sources together, e.g. faithful_cot+gpt3_solutions (split by problem)
+    if len(parts) > 1 and all(part.partition(":")[0] in POOLS or Path(part).is_file() for part in parts):
+        # (not a config's "NL+SL", whose halves are neither)
         return [s for part in parts for s in load_sample_sets(part, None, problems)][:limit]
     name, _, configs = str(source).partition(":")
     if name == "faithful_cot" and configs:
