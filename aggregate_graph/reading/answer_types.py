@@ -25,6 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal, get_args
 
 from aggregate_graph.reading.answer_text import is_text_form, text_key
@@ -273,6 +274,9 @@ def _spans(question: str, texts: Sequence[str], labels: Sequence[str]) -> list[s
     return answers
 
 
+# Settling early asks a set's type again as each candidate lands, over every text landed so far: each text's kind
+# is read once.
+@lru_cache(maxsize=4096)
 def _kind(text: str, wordy: bool = False) -> str | None:
     """What kind of answer a text states, for choosing a set's type: its stated answer's kind, else its shape.
     For a question asked of words (`wordy`: "Which planet …?"), a number that is only the text's last is no

@@ -273,6 +273,12 @@ def stated_answer(
     sentence ("… 3 + 4 = 7 trucks. The answer cannot be determined.", "It cannot be determined without the 20%
     rise.": their numbers must not vote). A solution cut off (`last_number=False`) abstains only by an explicit
     answer ("The answer is unknown."), never by the prose it was cut in."""
+    return _stated_answer(text, last_number, tuple(abstentions))
+
+
+# Settling early reads the landed set again as each candidate lands: each text's answer is screened once.
+@lru_cache(maxsize=4096)
+def _stated_answer(text: str | None, last_number: bool, abstentions: tuple[str, ...]) -> tuple[str | None, str | None]:
     found, how = _extract(text, last_number)
     screened, reason = screen_answer(found, abstentions)
     if reason is not None:
