@@ -133,6 +133,12 @@ def train_step(step: str, trainer: Any, config: Any, model: ModelConfig) -> dict
     # Every process waits for the main one's writes, then leaves the process group together: a process that exits
     # while another still holds gloo connections to it can abort at interpreter exit (seen once in CI as SIGABRT)
     trainer.accelerator.wait_for_everyone()
+    if config.world_size > 1:
+        # The DDP wrapper goes first, while the process group is still registered: freed after `end_training`, its
+        # reducer holds the group's last reference and destroys it holding the GIL, joining gloo's worker threads,
+        # one of which can be waiting for the GIL to free a tensor (a deadlock seen once in the 2-process test).
+        trainer.model_wrapped = trainer.model
+        trainer.accelerator.free_memory()
     trainer.accelerator.end_training()
     return dict(result.metrics) | {"num_tokens": tokens_seen(trainer), "world_size": config.world_size}
 
