@@ -8,7 +8,12 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from aggregate_graph import build_aggregate_graph
-from aggregate_graph.reading.answer_types import infer_answer_type, listed_options, read_answers
+from aggregate_graph.reading.answer_types import (
+    infer_answer_type,
+    listed_labels,
+    listed_options,
+    read_answers,
+)
 from aggregate_graph.reading.answers import equivalent, group_equivalent
 from tests.conftest import chat
 
@@ -139,6 +144,15 @@ def test_listed_options_inline_and_one_per_line():
     assert listed_options("Pick one: (A) red (B) blue (C) green") == {"A": "red", "B": "blue", "C": "green"}
     assert listed_options("Q?\nA) 41\nB) 42") == {"A": "41", "B": "42"}
     assert listed_options("A. Lincoln was president.") == {}  # one letter is no list
+
+
+def test_a_question_is_read_once_and_its_options_cannot_be_changed_through_a_result():
+    question = "Which is blue? (A) sky (B) grass"
+    listed_options(question)["A"] = "changed"  # the caller's copy; the question's reading is cached
+    listed_labels("Classify as positive, negative or neutral: great!").append("changed")
+    assert listed_options(question) == {"A": "sky", "B": "grass"}
+    assert listed_labels("Classify as positive, negative or neutral: great!") == ["positive", "negative", "neutral"]
+    assert read_answers(question, ["(B)", "The answer is A"]).answers == ["B", "A"]
 
 
 def test_word_answers_are_compared_as_words_never_as_maths():
