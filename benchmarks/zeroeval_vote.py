@@ -10,7 +10,11 @@ WeightedVote fit without labels on these very sets (Dawid–Skene on agreement b
 SSA in-process (`--ssa-draws` sets per problem, with its time per set) beside the vote it reads (its own
 WeightedVote), with 95% bootstrap intervals of each one's gain over majority on the same sets. `--ssa` evaluates
 another trained folder; `--validation-of` keeps only the problems that `aggregate-train build` held out for
-validation in DATA_DIR (a model trained on the other build problems is judged on those). The report split
+validation in DATA_DIR (a model trained on the other build problems is judged on those). `--recalibrate` also
+runs the SSA uncalibrated (temperature 1, no deferral) on the same sets and refits its temperature, vote weight
+and threshold on these problems the way `aggregate-train calibrate` fits them (`training.calibrate`), cross-fit
+over two halves of the problems (each half decided with the settings fit on the other), so that the gain a
+calibration on modern models' answers would buy is measured on problems it was not fit on. The report split
 (`id % 4 == 3`) is not read here.
 """
 
@@ -25,10 +29,11 @@ from collections import defaultdict
 from aggregate_graph import SampleSet
 from aggregate_graph.aggregators import MajorityVote, fit_weighted_vote
 from aggregate_graph.aggregators.registry import load_aggregator
-from aggregate_graph.aggregators.trained import load_trained_aggregator
+from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggregator
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.reading.answers import equivalent
+from training.calibrate import choose, decides_right, fit_temperature, outcome
 from training.pools import load_zeroeval
 
 
@@ -54,13 +59,51 @@ def gain_interval(wins: list[bool], base: list[bool], rng: random.Random) -> str
     return f"{100 * statistics.fmean(diffs):+.1f} [{100 * means[50]:+.1f}, {100 * means[1949]:+.1f}]"
 
 
+def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random) -> None:
+    """The SSA in `folder` uncalibrated on each row's sets, then decided with settings fit on the other half of the
+    problems (`training.calibrate`'s fit, over both rows), against its own vote on the same sets."""
+    raw = load_trained_aggregator(folder, temperature=1.0, threshold=0.0)
+    outcomes = {}
+    for label, sets in rows.items():
+        outcomes[label] = []
+        for s in sets:
+            try:
+                outcomes[label].append((s.id, outcome(s, raw.invoke(s), raw.fallback.invoke(s))))
+            except AggregationError:
+                continue  # no candidate stated an answer: neither the model nor the vote decides
+    problems = sorted({problem for outs in outcomes.values() for problem, _ in outs})
+    rng.shuffle(problems)
+    halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
+    decided: dict[str, list[tuple[bool, bool]]] = defaultdict(list)  # per row: (recalibrated right, vote right)
+    for held, fit_on in (halves, halves[::-1]):
+        fit_rows = {label: [o for problem, o in outs if problem in fit_on] for label, outs in outcomes.items()}
+        temperature, vote_weight = fit_temperature(fit_rows)
+        threshold, _ = choose(fit_rows, temperature, vote_weight)
+        print(
+            f"fit on {len(fit_on)} problems: temperature {temperature}, vote weight {vote_weight}, "
+            f"threshold {threshold}"
+        )
+        for label, outs in outcomes.items():
+            decided[label] += [(decides_right(o, temperature, threshold, vote_weight), o.vote_right)
+                               for problem, o in outs if problem in held]  # fmt: skip
+    for label, pairs in decided.items():
+        wins, vote = [w for w, _ in pairs], [v for _, v in pairs]
+        print(
+            f"{label}: {len(pairs)} sets; its own vote {100 * statistics.fmean(vote):.1f}, recalibrated (cross-fit) "
+            f"{100 * statistics.fmean(wins):.1f}, over its own vote {gain_interval(wins, vote, rng)}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draws", type=int, default=4)
     parser.add_argument("--ssa-draws", type=int, default=1)
     parser.add_argument("--ssa", metavar="FOLDER", help="a trained SSA folder (default: the shipped SSA)")
     parser.add_argument("--validation-of", metavar="DATA_DIR", help="only the problems DATA_DIR's build validates on")
+    parser.add_argument("--recalibrate", action="store_true", help="also refit the calibration here, cross-fit")
     args = parser.parse_args()
+    if not 1 <= args.ssa_draws <= args.draws:
+        parser.error(f"--ssa-draws must be between 1 and --draws ({args.draws}); got {args.ssa_draws}")
     sets = load_zeroeval("build")
     if args.validation_of:
         held_out = {s.id for s in read_sample_sets(f"{args.validation_of}/validation_sets.jsonl")}
@@ -78,6 +121,7 @@ def main() -> int:
     }
     ssa = load_trained_aggregator(args.ssa) if args.ssa else load_aggregator("ssa")
     own_vote = ssa.weights or MajorityVote()
+    ssa_rows = {}
     for label, pool in pools.items():
         unsupervised = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
         aggregators = {
@@ -90,7 +134,8 @@ def main() -> int:
         print(f"{'aggregator':<32} {'accuracy %':>10}  gain over majority [95%]")
         for name, wins in results.items():
             print(f"{name:<32} {100 * statistics.fmean(wins):>10.1f}  {gain_interval(wins, results['majority'], rng)}")
-        ssa_sets = pool[:: args.draws][:] if args.ssa_draws == 1 else pool[: len(sets) * args.ssa_draws]
+        ssa_sets = [s for i, s in enumerate(pool) if i % args.draws < args.ssa_draws]  # each problem's first draws
+        ssa_rows[label] = ssa_sets
         timed = [right(ssa, s) for s in ssa_sets]
         base = [right(MajorityVote(), s)[0] for s in ssa_sets]
         vote = [right(own_vote, s)[0] for s in ssa_sets]
@@ -104,6 +149,9 @@ def main() -> int:
             f"{gain_interval(wins, vote, rng)}; "
             f"{statistics.median(seconds):.2f} s median, {seconds[int(0.9 * len(seconds))]:.2f} s p90 per set"
         )
+    if args.recalibrate:
+        print("\nrecalibrated on these problems, cross-fit over two halves")
+        cross_fit(args.ssa or str(SHIPPED_SSA), ssa_rows, random.Random(1))
     return 0
 
 

@@ -18,7 +18,7 @@ from aggregate_graph.aggregators.trained import load_trained_aggregator
 from aggregate_graph.log import read_sample_sets
 from tests.test_training_chain import run
 from tests.training_fixtures import CHOICE_STYLE, build_tiny_qwen2, corpus, toy_sample_sets
-from training.calibrate import _Outcome, choose
+from training.calibrate import _Outcome, choose, decides_right, fit_temperature
 from training.grpo import rewards
 from training.targets import FORMATS
 
@@ -99,3 +99,25 @@ def test_calibration_keeps_the_vote_when_the_model_only_agrees_with_it() -> None
     assert 100 * np.mean([o.vote_right for o in rows["one model"]]) != 100 * 354 / 477  # the float trap is real
     threshold, table = choose(rows, temperature=1.0, vote_weight=0.0)
     assert threshold == 1.0 and table["one model"]["calibrated"] == pytest.approx(table["one model"]["vote"])
+
+
+def test_a_confident_model_overrules_the_vote_and_an_unsure_one_defers_to_it() -> None:
+    """`decides_right`, which calibrate's accuracy and the ZeroEval cross-fit both count with: the model's top
+    option at or above the threshold decides, else the vote (and the vote alone where the model was skipped)."""
+    model_right = _Outcome({"x": -2.0, "y": -0.2}, {"x": 0.6, "y": 0.4}, {"x": False, "y": True}, False, False)
+    assert decides_right(model_right, temperature=1.0, threshold=0.5)  # y at ~0.84 overrules the vote's x
+    assert not decides_right(model_right, temperature=1.0, threshold=0.9)  # below 0.9: the vote's wrong x
+    assert not decides_right(model_right, temperature=1.0, threshold=1.0)  # 1.0 is always the vote
+    skipped = _Outcome(None, None, {"x": True}, True, True)
+    assert decides_right(skipped, temperature=1.0, threshold=0.0)
+    # the vote's probabilities, weighted in, can turn the model's pick back to the vote's
+    assert not decides_right(model_right, temperature=10.0, threshold=0.0, vote_weight=3.0)
+
+
+def test_the_temperature_fit_prefers_the_settings_that_put_mass_on_the_right_option() -> None:
+    overconfident = [
+        _Outcome({"x": -0.01, "y": -5.0}, {"x": 0.5, "y": 0.5}, {"x": True, "y": False}, True, True),
+        _Outcome({"x": -0.01, "y": -5.0}, {"x": 0.5, "y": 0.5}, {"x": False, "y": True}, False, False),
+    ]
+    # right half the time at ~99%: flattening the letter probabilities lowers the log-loss
+    assert fit_temperature({"row": overconfident})[0] > 1.0

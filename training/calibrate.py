@@ -102,16 +102,26 @@ def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
     )
 
 
+def decides_right(o: _Outcome, temperature: float, threshold: float, vote_weight: float = 0.0) -> bool:
+    """Whether the set's decision at these settings is right: the model's top option at or above `threshold`,
+    else (and where the model was skipped) the vote's."""
+    if not o.logprobs:
+        return o.vote_right
+    probs = choice_distribution(o.logprobs, temperature, o.vote, vote_weight)
+    best = max(probs, key=lambda a: probs[a])
+    return o.right[best] if probs[best] >= threshold and threshold < 1 else o.vote_right
+
+
 def accuracy(outcomes: list[_Outcome], temperature: float, threshold: float, vote_weight: float = 0.0) -> float:
-    correct = 0
-    for o in outcomes:
-        if not o.logprobs:
-            correct += o.vote_right
-            continue
-        probs = choice_distribution(o.logprobs, temperature, o.vote, vote_weight)
-        best = max(probs, key=lambda a: probs[a])
-        correct += o.right[best] if probs[best] >= threshold and threshold < 1 else o.vote_right
+    correct = sum(decides_right(o, temperature, threshold, vote_weight) for o in outcomes)
     return 100.0 * correct / max(len(outcomes), 1)
+
+
+def fit_temperature(rows: dict[str, list[_Outcome]]) -> tuple[float, float]:
+    """The temperature and vote weight of least negative log-likelihood of the right option over every row's sets
+    (the threshold is then `choose`'s)."""
+    outcomes = [o for outs in rows.values() for o in outs]
+    return min(((t, w) for t in TEMPERATURES for w in VOTE_WEIGHTS), key=lambda tw: nll(outcomes, *tw))
 
 
 def nll(outcomes: list[_Outcome], temperature: float, vote_weight: float = 0.0) -> float:
@@ -194,9 +204,7 @@ def calibrate(config: CalibrateConfig) -> dict[str, Any]:
                 raise result
             outs.append(outcome(s, result, vote.invoke(s)))
         rows[name] = outs
-    all_outcomes = [o for outs in rows.values() for o in outs]
-    temperature, vote_weight = min(((t, w) for t in TEMPERATURES for w in VOTE_WEIGHTS),
-                                   key=lambda tw: nll(all_outcomes, *tw))  # fmt: skip
+    temperature, vote_weight = fit_temperature(rows)
     threshold, table = choose(rows, temperature, vote_weight)
     record |= {"temperature": temperature, "vote_weight": vote_weight, "threshold": threshold}
     write_json(folder / AGGREGATOR_FILE, record)
