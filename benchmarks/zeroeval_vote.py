@@ -14,7 +14,8 @@ validation in DATA_DIR (a model trained on the other build problems is judged on
 runs the SSA uncalibrated (temperature 1, no deferral) on the same sets and refits its temperature, vote weight
 and threshold on these problems the way `aggregate-train calibrate` fits them (`training.calibrate`), cross-fit
 over two halves of the problems (each half decided with the settings fit on the other), so that the gain a
-calibration on modern models' answers would buy is measured on problems it was not fit on. The report split
+calibration on modern models' answers would buy is measured on problems it was not fit on; it also prints the
+decisions at the fitted temperature without deferring (threshold 0), which calibrate's rule may refuse. The report split
 (`id % 4 == 3`) is not read here.
 """
 
@@ -74,7 +75,8 @@ def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random)
     problems = sorted({problem for outs in outcomes.values() for problem, _ in outs})
     rng.shuffle(problems)
     halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
-    decided: dict[str, list[tuple[bool, bool]]] = defaultdict(list)  # per row: (recalibrated right, vote right)
+    # per row and set: right as calibrated (the fit threshold), right with no deferral (threshold 0), vote right
+    decided: dict[str, list[tuple[bool, bool, bool]]] = defaultdict(list)
     for held, fit_on in (halves, halves[::-1]):
         fit_rows = {label: [o for problem, o in outs if problem in fit_on] for label, outs in outcomes.items()}
         temperature, vote_weight = fit_temperature(fit_rows)
@@ -84,13 +86,15 @@ def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random)
             f"threshold {threshold}"
         )
         for label, outs in outcomes.items():
-            decided[label] += [(decides_right(o, temperature, threshold, vote_weight), o.vote_right)
+            decided[label] += [(decides_right(o, temperature, threshold, vote_weight),
+                                decides_right(o, temperature, 0.0, vote_weight), o.vote_right)
                                for problem, o in outs if problem in held]  # fmt: skip
-    for label, pairs in decided.items():
-        wins, vote = [w for w, _ in pairs], [v for _, v in pairs]
+    for label, triples in decided.items():
+        wins, undeferred, vote = ([t[i] for t in triples] for i in range(3))
         print(
-            f"{label}: {len(pairs)} sets; its own vote {100 * statistics.fmean(vote):.1f}, recalibrated (cross-fit) "
-            f"{100 * statistics.fmean(wins):.1f}, over its own vote {gain_interval(wins, vote, rng)}"
+            f"{label}: {len(triples)} sets; its own vote {100 * statistics.fmean(vote):.1f}; recalibrated (cross-fit) "
+            f"{100 * statistics.fmean(wins):.1f}, over its own vote {gain_interval(wins, vote, rng)}; the same "
+            f"without deferring {100 * statistics.fmean(undeferred):.1f}, {gain_interval(undeferred, vote, rng)}"
         )
 
 
