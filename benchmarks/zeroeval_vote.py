@@ -37,7 +37,7 @@ from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggreg
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.reading.answers import equivalent
-from training.calibrate import choose, decides_right, fit_temperature, outcome
+from training.calibrate import choose, decides_right, fit_temperature, outcomes_of
 from training.pools import load_zeroeval
 
 
@@ -67,14 +67,7 @@ def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random)
     """The SSA in `folder` uncalibrated on each row's sets, then decided with settings fit on the other half of the
     problems (`training.calibrate`'s fit, over both rows), against its own vote on the same sets."""
     raw = load_trained_aggregator(folder, temperature=1.0, threshold=0.0)
-    outcomes = {}
-    for label, sets in rows.items():
-        outcomes[label] = []
-        for s in sets:
-            try:
-                outcomes[label].append((s.id, outcome(s, raw.invoke(s), raw.fallback.invoke(s))))
-            except AggregationError:
-                continue  # no candidate stated an answer: neither the model nor the vote decides
+    outcomes = {label: [(s.id, o) for s, o in outcomes_of(raw, sets, desc=label)] for label, sets in rows.items()}
     problems = sorted({problem for outs in outcomes.values() for problem, _ in outs})
     rng.shuffle(problems)
     halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]

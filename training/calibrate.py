@@ -102,6 +102,23 @@ def outcome(sample_set: SampleSet, result: Any, vote: Any) -> _Outcome:
     )
 
 
+def outcomes_of(
+    aggregator: Any, sets: list[SampleSet], concurrency: int = 1, desc: str | None = None
+) -> list[tuple[SampleSet, _Outcome]]:
+    """Each set with its `_Outcome` under `aggregator` (a choice SSA loaded uncalibrated: temperature 1, threshold
+    0) and the vote it reads (its `fallback`); a set where no candidate stated an answer is left out, as neither
+    the model nor the vote decides it."""
+    results = aggregator.batch(sets, config={"max_concurrency": concurrency}, return_exceptions=True)
+    out = []
+    for s, result in zip(sets, tqdm(results, desc=desc, leave=False), strict=True):
+        if isinstance(result, AggregationError):
+            continue
+        if isinstance(result, Exception):
+            raise result
+        out.append((s, outcome(s, result, aggregator.fallback.invoke(s))))
+    return out
+
+
 def decides_right(o: _Outcome, temperature: float, threshold: float, vote_weight: float = 0.0) -> bool:
     """Whether the set's decision at these settings is right: the model's top option at or above `threshold`,
     else (and where the model was skipped) the vote's."""
@@ -192,18 +209,10 @@ def calibrate(config: CalibrateConfig) -> dict[str, Any]:
     if base is not None and not Path(base).is_dir():  # a hub name recorded by peft: the embedded SmolLM2's
         base = None
     aggregator = load_trained_aggregator(folder, base_model=base, dtype=config.dtype, temperature=1.0, threshold=0.0)
-    vote = aggregator.fallback
-    rows: dict[str, list[_Outcome]] = {}
-    for name, row_sets in rows_of(sets, config, random.Random(config.seed)).items():
-        results = aggregator.batch(row_sets, config={"max_concurrency": config.concurrency}, return_exceptions=True)
-        outs = []
-        for s, result in zip(row_sets, tqdm(results, desc=name, leave=False), strict=True):
-            if isinstance(result, AggregationError):
-                continue  # no candidate stated an answer: neither the model nor the vote decides
-            if isinstance(result, Exception):
-                raise result
-            outs.append(outcome(s, result, vote.invoke(s)))
-        rows[name] = outs
+    rows = {
+        name: [o for _, o in outcomes_of(aggregator, row_sets, config.concurrency, name)]
+        for name, row_sets in rows_of(sets, config, random.Random(config.seed)).items()
+    }
     temperature, vote_weight = fit_temperature(rows)
     threshold, table = choose(rows, temperature, vote_weight)
     record |= {"temperature": temperature, "vote_weight": vote_weight, "threshold": threshold}
