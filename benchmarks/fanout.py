@@ -47,9 +47,9 @@ QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then 
 @contextlib.contextmanager
 def server_process(*args: str) -> Iterator[str]:
     """The test server in its own process, so its CPU time does not slow the client being measured."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "aggregate_graph.testing.openai_server", *args], stdout=subprocess.PIPE, text=True
-    )
+    # main() imported, not `-m`: the package imports the module first, and runpy warns about running it again
+    code = "import sys; from aggregate_graph.testing.openai_server import main; main(sys.argv[1:])"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
     try:
         yield proc.stdout.readline().strip()
     finally:
