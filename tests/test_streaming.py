@@ -126,7 +126,7 @@ def test_the_middleware_streams_the_answer_in_chunks_and_progress_async(serve):
 def test_usage_sums_every_candidate_request_with_the_upstreams_token_details(serve):
     details = {"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}
     server = serve(REPLIES, n_mode="ignore", token_details=details)  # three requests, each with its details
-    model = AggregatingChatModel(chat(server), n=3)
+    model = AggregatingChatModel(chat(server), n=3, settle=False)  # every request's usage: none cancelled
     usage = added_up(list(model.stream(QUESTION))).usage_metadata
     assert server.calls == 3 and usage == model.invoke(QUESTION).usage_metadata
     assert usage["input_token_details"] == {"cache_read": 6} and usage["output_token_details"] == {"reasoning": 9}
