@@ -1,7 +1,7 @@
 """The aggregators on modern models' answers: ZeroEval MATH level 5, build split (`id % 4 == 1`, 180 problems).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/zeroeval_vote.py [--draws 4] [--ssa-draws 1]
-        [--ssa FOLDER] [--validation-of DATA_DIR] [--recalibrate]
+        [--ssa FOLDER] [--validation-of DATA_DIR] [--recalibrate] [--verifier FOLDER]
 
 The SSA's time per set is measured with torch's threads as a user gets them (every core by default): on a 2-core
 AVX2-only CPU, 1.0 s a set with both, 1.6-1.7 s with OMP_NUM_THREADS=1.
@@ -18,27 +18,38 @@ runs the SSA uncalibrated (temperature 1, no deferral) on the same sets and refi
 and threshold on these problems the way `aggregate-train calibrate` fits them (`training.calibrate`), cross-fit
 over two halves of the problems (each half decided with the settings fit on the other), so that the gain a
 calibration on modern models' answers would buy is measured on problems it was not fit on; it also prints the
-decisions at the fitted temperature without deferring (threshold 0), which calibrate's rule may refuse. The report split
+decisions at the fitted temperature without deferring (threshold 0), which calibrate's rule may refuse.
+`--verifier` scores every candidate with a per-candidate verifier trained by `build --format verify`
+(`training.verifier`) and adds beta times its Yes/No log-odds to each candidate's vote weight, on top of the
+verifier's own WeightedVote (fit with labels on its train problems), of plain majority and of WeightedVote fit
+without labels on the row's sets, beta cross-fit over two halves of the problems; it prints the verifier's AUC over
+the candidates, the verifier alone (the candidate it rates highest) and its time per set. The report split
 (`id % 4 == 3`) is not read here.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from aggregate_graph import SampleSet
-from aggregate_graph.aggregators import MajorityVote, fit_weighted_vote
+from aggregate_graph.aggregators import MajorityVote, SSAStyle, WeightedVote, fit_weighted_vote
 from aggregate_graph.aggregators.registry import load_aggregator
-from aggregate_graph.aggregators.trained import SHIPPED_SSA, load_trained_aggregator
+from aggregate_graph.aggregators.trained import AGGREGATOR_FILE, SHIPPED_SSA, WEIGHTS_FILE, load_trained_aggregator
+from aggregate_graph.drawing.models import local_model
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.log import read_sample_sets
 from aggregate_graph.reading.answers import equivalent
 from training.calibrate import choose, decides_right, fit_temperature, outcomes_of
 from training.pools import load_zeroeval
+from training.verifier import best_verified, verified_vote, verifier_scores
+
+BETAS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
 
 
 def five_of(sample_set: SampleSet, models: list[str], rng: random.Random) -> SampleSet:
@@ -94,6 +105,69 @@ def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random)
         )
 
 
+def auc(positive: list[float], negative: list[float]) -> float:
+    """The chance that a right candidate scores above a wrong one (ties count half)."""
+    pairs = sum((p > n) + 0.5 * (p == n) for p in positive for n in negative)
+    return pairs / max(len(positive) * len(negative), 1)
+
+
+def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.Random) -> None:
+    """The verifier in `folder` on every row's sets: its scores (one batch of calls per set, each candidate scored
+    once over the draws), then the vote with beta times its log-odds added, beta cross-fit by halves of the problems."""
+    style = SSAStyle.from_dict(json.loads((Path(folder) / AGGREGATOR_FILE).read_text(encoding="utf-8"))["style"])
+    model = local_model(None, folder, max_tokens=1)
+    own = WeightedVote.load(Path(folder) / WEIGHTS_FILE).weight_of
+    cache: dict[tuple[str, str], float] = {}  # by set and model: the draws share candidates
+    correct: dict[tuple[str, str], bool] = {}
+    seconds = []
+    for label, pool in pools.items():
+        scored = []
+        for s in pool:
+            missing = s.model_copy(update={"candidates": [c for c in s.candidates if (s.id, c.model) not in cache]})
+            if missing.candidates:
+                started = time.perf_counter()
+                fresh = verifier_scores(model, missing, style)
+                if len(missing.candidates) == len(s.candidates):  # a whole set scored: its time is a set's
+                    seconds.append(time.perf_counter() - started)
+                cache.update({(s.id, c.model): fresh[c.index] for c in missing.candidates if c.index in fresh})
+                correct.update({(s.id, c.model): bool(c.params["correct"]) for c in missing.candidates})
+            scores = {c.index: cache[(s.id, c.model)] for c in s.candidates if (s.id, c.model) in cache}
+            scored.append((s, scores))
+        problems = sorted({s.id for s, _ in scored})
+        rng.shuffle(problems)
+        halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
+        print(f"\nverifier, {label}: {len(scored)} sets")
+        majority = [right(MajorityVote(), s)[0] for s, _ in scored]
+        unlabelled = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
+        bases = {"its own vote": own, "majority": None, "weighted without labels": unlabelled.weight_of}
+        for base_label, base in bases.items():
+            # right or wrong at every beta, per set; then each half decided with the beta that did best on the other
+            grid = {b: [right(verified_vote(base, scores, b), s)[0] for s, scores in scored] for b in BETAS}
+            wins = [False] * len(scored)
+            for held, fit_on in (halves, halves[::-1]):
+                fit = [i for i, (s, _) in enumerate(scored) if s.id in fit_on]
+                beta = max(BETAS, key=lambda b: (sum(grid[b][i] for i in fit), -b))
+                print(f"  {base_label}: beta {beta} fit on {len(fit_on)} problems")
+                for i, (s, _) in enumerate(scored):
+                    if s.id in held:
+                        wins[i] = grid[beta][i]
+            plain = grid[0.0]
+            print(
+                f"  {base_label} {100 * statistics.fmean(plain):.1f}; + verifier (cross-fit) "
+                f"{100 * statistics.fmean(wins):.1f}, over {base_label} {gain_interval(wins, plain, rng)}, "
+                f"over majority {gain_interval(wins, majority, rng)}"
+            )
+        alone = [equivalent(best_verified(s, scores), s.gold) for s, scores in scored]
+        print(f"  verifier alone (best of five) {100 * statistics.fmean(alone):.1f}, over majority "
+              f"{gain_interval(alone, majority, rng)}")  # fmt: skip
+    right_scores = [v for key, v in cache.items() if correct[key]]
+    wrong_scores = [v for key, v in cache.items() if not correct[key]]
+    print(
+        f"\nverifier AUC over {len(cache)} candidates: {auc(right_scores, wrong_scores):.3f}; "
+        f"{statistics.median(seconds):.2f} s median, {sorted(seconds)[int(0.9 * len(seconds))]:.2f} s p90 per set"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--draws", type=int, default=4)
@@ -101,6 +175,7 @@ def main() -> int:
     parser.add_argument("--ssa", metavar="FOLDER", help="a trained SSA folder (default: the shipped SSA)")
     parser.add_argument("--validation-of", metavar="DATA_DIR", help="only the problems DATA_DIR's build validates on")
     parser.add_argument("--recalibrate", action="store_true", help="also refit the calibration here, cross-fit")
+    parser.add_argument("--verifier", metavar="FOLDER", help="a per-candidate verifier (build --format verify)")
     args = parser.parse_args()
     if not 1 <= args.ssa_draws <= args.draws:
         parser.error(f"--ssa-draws must be between 1 and --draws ({args.draws}); got {args.ssa_draws}")
@@ -149,6 +224,8 @@ def main() -> int:
             f"{gain_interval(wins, vote, rng)}; "
             f"{statistics.median(seconds):.2f} s median, {seconds[int(0.9 * len(seconds))]:.2f} s p90 per set"
         )
+    if args.verifier:
+        verifier_report(args.verifier, pools, random.Random(2))
     if args.recalibrate:
         print("\nrecalibrated on these problems, cross-fit over two halves")
         cross_fit(args.ssa or str(SHIPPED_SSA), ssa_rows, random.Random(1))

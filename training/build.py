@@ -39,7 +39,7 @@ from training.targets import FORMATS, Format, reference_solution, teacher_target
 class BuildConfig:
     sample_sets: str = field(metadata={"help": "sample-set JSONL (collect's output) or a pool name: faithful_cot, …"})
     output_dir: str = field(metadata={"help": "writes train.jsonl, validation.jsonl and build.json here"})
-    format: Literal["ssa", "ssa-choice", "gsr"] = "ssa"
+    format: Literal["ssa", "ssa-choice", "verify", "gsr"] = "ssa"
     k_min: int = field(default=3, metadata={"help": "fewest candidates per example"})
     k_max: int = field(default=5, metadata={"help": "most candidates per example (k_min = k_max: fixed k)"})
     subsets_per_problem: int = field(default=4, metadata={"help": "random subsets drawn per problem"})
@@ -74,7 +74,8 @@ class BuildConfig:
     )
     max_prompt_tokens: int | None = field(default=None, metadata={"help": "drop examples with longer prompts"})
     tokenizer: str | None = field(
-        default=None, metadata={"help": "model folder whose tokenizer counts tokens (default: 4 characters a token)"}
+        default=None,
+        metadata={"help": "model folder (or smollm2) whose tokenizer counts tokens (default: 4 characters a token)"},
     )
     validation_fraction: float = field(default=0.1, metadata={"help": "share of problems held out"})
     targets: Literal["gold", "teacher", "reference"] = field(
@@ -106,6 +107,10 @@ class BuildConfig:
             raise ValueError(f"need 1 <= k_min <= k_max, got {self.k_min}, {self.k_max}")
         if self.gsr_plain_fraction > 0 and (self.format != "gsr" or not self.gsr_plain_fraction < 1):
             raise ValueError("gsr_plain_fraction is for --format gsr and must be below 1")
+        if self.format == "verify" and (self.k_max != 1 or self.targets != "gold"):
+            raise ValueError(
+                "the verifier reads one candidate against the gold answer: k_min = k_max = 1, targets gold"
+            )
         if self.format == "ssa-choice" and self.targets != "gold":
             raise ValueError("the choice SSA's target is the right option's letter: targets must be gold")
         if self.targets == "teacher" and self.teacher_model is None:
@@ -190,7 +195,9 @@ def _token_counter(config: BuildConfig):  # type: ignore[no-untyped-def]
         return lambda text: math.ceil(len(text) / CHARS_PER_TOKEN)
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(config.tokenizer, local_files_only=True)
+    from aggregate_graph.serve import resolve_model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(config.tokenizer), local_files_only=True)
     return lambda text: len(tokenizer(text)["input_ids"])
 
 
