@@ -1,7 +1,7 @@
 """The aggregators on modern models' answers: ZeroEval MATH level 5, build split (`id % 4 == 1`, 180 problems).
 
     HF_HUB_OFFLINE=1 .venv/bin/python benchmarks/zeroeval_vote.py [--draws 4] [--ssa-draws 1]
-        [--ssa FOLDER] [--validation-of DATA_DIR] [--recalibrate] [--verifier FOLDER]
+        [--ssa FOLDER] [--validation-of DATA_DIR] [--recalibrate] [--verifier FOLDER [--verifier-dtype float32]]
 
 The SSA's time per set is measured with torch's threads as a user gets them (every core by default): on a 2-core
 AVX2-only CPU, 1.0 s a set with both, 1.6-1.7 s with OMP_NUM_THREADS=1.
@@ -111,11 +111,11 @@ def auc(positive: list[float], negative: list[float]) -> float:
     return pairs / max(len(positive) * len(negative), 1)
 
 
-def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.Random) -> None:
+def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.Random, dtype: str = "auto") -> None:
     """The verifier in `folder` on every row's sets: its scores (one batch of calls per set, each candidate scored
     once over the draws), then the vote with beta times its log-odds added, beta cross-fit by halves of the problems."""
     style = SSAStyle.from_dict(json.loads((Path(folder) / AGGREGATOR_FILE).read_text(encoding="utf-8"))["style"])
-    model = local_model(None, folder, max_tokens=1)
+    model = local_model(None, folder, max_tokens=1, dtype=dtype)
     own = WeightedVote.load(Path(folder) / WEIGHTS_FILE).weight_of
     cache: dict[tuple[str, str], float] = {}  # by set and model: the draws share candidates
     correct: dict[tuple[str, str], bool] = {}
@@ -154,8 +154,8 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
             plain = grid[0.0]
             print(
                 f"  {base_label} {100 * statistics.fmean(plain):.1f}; + verifier (cross-fit) "
-                f"{100 * statistics.fmean(wins):.1f}, over {base_label} {gain_interval(wins, plain, rng)}, "
-                f"over majority {gain_interval(wins, majority, rng)}"
+                f"{100 * statistics.fmean(wins):.1f}, over {base_label} {gain_interval(wins, plain, rng)}"
+                + (f", over majority {gain_interval(wins, majority, rng)}" if base is not None else "")
             )
         alone = [equivalent(best_verified(s, scores), s.gold) for s, scores in scored]
         print(f"  verifier alone (best of five) {100 * statistics.fmean(alone):.1f}, over majority "
@@ -176,6 +176,7 @@ def main() -> int:
     parser.add_argument("--validation-of", metavar="DATA_DIR", help="only the problems DATA_DIR's build validates on")
     parser.add_argument("--recalibrate", action="store_true", help="also refit the calibration here, cross-fit")
     parser.add_argument("--verifier", metavar="FOLDER", help="a per-candidate verifier (build --format verify)")
+    parser.add_argument("--verifier-dtype", default="auto", help="the verifier's dtype (auto: bfloat16 where fast)")
     args = parser.parse_args()
     if not 1 <= args.ssa_draws <= args.draws:
         parser.error(f"--ssa-draws must be between 1 and --draws ({args.draws}); got {args.ssa_draws}")
@@ -225,7 +226,7 @@ def main() -> int:
             f"{statistics.median(seconds):.2f} s median, {seconds[int(0.9 * len(seconds))]:.2f} s p90 per set"
         )
     if args.verifier:
-        verifier_report(args.verifier, pools, random.Random(2))
+        verifier_report(args.verifier, pools, random.Random(2), args.verifier_dtype)
     if args.recalibrate:
         print("\nrecalibrated on these problems, cross-fit over two halves")
         cross_fit(args.ssa or str(SHIPPED_SSA), ssa_rows, random.Random(1))
