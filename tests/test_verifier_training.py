@@ -19,6 +19,8 @@ from aggregate_graph.log import read_sample_sets
 from tests.test_training_chain import run
 from tests.training_fixtures import build_tiny_qwen2, corpus, toy_sample_sets
 from training.build import BuildConfig
+from training.grpo import rewards
+from training.targets import FORMATS
 from training.verifier import best_verified, render_verify_prompt, verdict_log_odds, verified_vote, verifier_scores
 
 STYLE = SSAStyle(max_candidate_tokens=24, tail_only=True, show_answers=True)
@@ -48,6 +50,13 @@ def test_the_verified_vote_adds_beta_times_the_log_odds_to_each_weight() -> None
     assert verified_vote(None, scores, 1.0).invoke(sample_set).answer == "9"  # 5 against 2 × 0.01 (floored)
     assert verified_vote(lambda c: 10.0, scores, 1.0).invoke(sample_set).answer == "7"  # heavy base weights win
     assert best_verified(sample_set, scores) == "9"
+
+
+def test_grpo_rewards_the_right_verdict() -> None:
+    correctness, well_formed = rewards(FORMATS["verify"], format_reward=0.1)
+    completions = [[{"role": "assistant", "content": text}] for text in ("Yes", "No.", "Nope", "No, it is 12")]
+    assert correctness(completions, answer_key=["Yes", "No", "No", "No"]) == [1.0, 1.0, 0.0, 1.0]
+    assert well_formed(completions) == [0.1, 0.0, 0.0, 0.0]  # the verdict alone is the format
 
 
 def test_build_refuses_a_verifier_that_reads_more_than_one_candidate() -> None:

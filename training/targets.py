@@ -18,7 +18,7 @@ from aggregate_graph.aggregators.choice import choice_target, parse_choice, rend
 from aggregate_graph.aggregators.gsr import parse_gsr_output, render_gsr_prompt
 from aggregate_graph.aggregators.ssa import SSAStyle, parse_ssa_output, render_ssa_prompt
 from aggregate_graph.reading.answers import equivalent
-from training.verifier import render_verify_prompt, verify_target
+from training.verifier import VERDICTS, parse_verdict, render_verify_prompt, verify_target
 
 
 @dataclass(frozen=True)
@@ -105,8 +105,8 @@ FORMATS: dict[str, Format] = {
     "verify": Format(
         "verify",
         lambda question, candidates, style, _weights: render_verify_prompt(question, candidates[0], style),
-        lambda text: text.strip()[:3] or None,
-        lambda text: text.strip() in ("Yes", "No"),
+        parse_verdict,
+        lambda text: text.strip() in VERDICTS,
         lambda gold, candidates, _answer_only, _weights: verify_target(gold, candidates[0]),
         key=lambda _gold, target: target,
         same=lambda verdict, key: verdict == key,

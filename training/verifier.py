@@ -38,6 +38,13 @@ def verify_target(gold: str, candidate: Candidate) -> str:
     return "Yes" if equivalent(candidate.answer, gold) else "No"
 
 
+def parse_verdict(text: str) -> str | None:
+    """The verdict a reply starts with (Yes or No), or None."""
+    words = text.split()
+    first = words[0].strip(".,!:;") if words else ""
+    return first if first in VERDICTS else None
+
+
 def verdict_log_odds(response: Any) -> float:
     """log P(Yes) − log P(No) of the first generated token (OpenAI's `logprobs` schema, as `LocalChatModel` and
     vLLM return it); a verdict missing from the top list gets the smallest listed value (a bound)."""
