@@ -134,7 +134,7 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
             scores = {c.index: cache[(s.id, c.model)] for c in s.candidates if (s.id, c.model) in cache}
             scored.append((s, scores))
         problems = sorted({s.id for s, _ in scored})
-        rng.shuffle(problems)
+        random.Random(f"halves of {label}").shuffle(problems)  # its own stream: the printed intervals do not move it
         halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
         print(f"\nverifier, {label}: {len(scored)} sets")
         majority = [right(MajorityVote(), s)[0] for s, _ in scored]
