@@ -22,9 +22,9 @@ decisions at the fitted temperature without deferring (threshold 0), which calib
 `--verifier` scores every candidate with a per-candidate verifier trained by `build --format verify`
 (`training.verifier`) and adds beta times its Yes/No log-odds to each candidate's vote weight, on top of the
 verifier's own WeightedVote (fit with labels on its train problems), of plain majority and of WeightedVote fit
-without labels on the row's sets, beta cross-fit over two halves of the problems; it prints the verifier's AUC over
-the candidates, the verifier alone (the candidate it rates highest) and its time per set. The report split
-(`id % 4 == 3`) is not read here.
+without labels on the row's sets, beta cross-fit over two halves of the problems (one split with intervals, and the
+average and range over 20 random splits); it prints the verifier's AUC over the candidates, the verifier alone (the
+candidate it rates highest) and its time per set. The report split (`id % 4 == 3`) is not read here.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from training.pools import load_zeroeval
 from training.verifier import best_verified, verified_vote, verifier_scores
 
 BETAS = (0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+SPLITS = 20  # random splits of the problems into halves: one split's beta moves with how ~22 problems fall
 
 
 def five_of(sample_set: SampleSet, models: list[str], rng: random.Random) -> SampleSet:
@@ -111,6 +112,20 @@ def auc(positive: list[float], negative: list[float]) -> float:
     return pairs / max(len(positive) * len(negative), 1)
 
 
+def decided_by_halves(
+    scored: list[tuple[SampleSet, dict[int, float]]], grid: dict[float, list[bool]], halves: list[set[str]]
+) -> tuple[list[bool], list[float]]:
+    """Each set right or wrong as decided with the beta that did best on the other half's problems; the two betas."""
+    wins, betas = [False] * len(scored), []
+    for held, fit_on in (halves, halves[::-1]):
+        fit = [i for i, (s, _) in enumerate(scored) if s.id in fit_on]
+        betas.append(max(BETAS, key=lambda b: (sum(grid[b][i] for i in fit), -b)))
+        for i, (s, _) in enumerate(scored):
+            if s.id in held:
+                wins[i] = grid[betas[-1]][i]
+    return wins, betas
+
+
 def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.Random, dtype: str = "auto") -> None:
     """The verifier in `folder` on every row's sets: its scores (one batch of calls per set, each candidate scored
     once over the draws), then the vote with beta times its log-odds added, beta cross-fit by halves of the problems."""
@@ -134,8 +149,11 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
             scores = {c.index: cache[(s.id, c.model)] for c in s.candidates if (s.id, c.model) in cache}
             scored.append((s, scores))
         problems = sorted({s.id for s, _ in scored})
-        random.Random(f"halves of {label}").shuffle(problems)  # its own stream: the printed intervals do not move it
-        halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
+        stream = random.Random(f"halves of {label}")  # its own stream: the printed intervals do not move the splits
+        splits = []
+        for _ in range(SPLITS):
+            stream.shuffle(problems)
+            splits.append([set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])])
         print(f"\nverifier, {label}: {len(scored)} sets")
         majority = [right(MajorityVote(), s)[0] for s, _ in scored]
         unlabelled = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
@@ -143,19 +161,19 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
         for base_label, base in bases.items():
             # right or wrong at every beta, per set; then each half decided with the beta that did best on the other
             grid = {b: [right(verified_vote(base, scores, b), s)[0] for s, scores in scored] for b in BETAS}
-            wins = [False] * len(scored)
-            for held, fit_on in (halves, halves[::-1]):
-                fit = [i for i, (s, _) in enumerate(scored) if s.id in fit_on]
-                beta = max(BETAS, key=lambda b: (sum(grid[b][i] for i in fit), -b))
-                print(f"  {base_label}: beta {beta} fit on {len(fit_on)} problems")
-                for i, (s, _) in enumerate(scored):
-                    if s.id in held:
-                        wins[i] = grid[beta][i]
             plain = grid[0.0]
+            decided = [decided_by_halves(scored, grid, halves) for halves in splits]
+            wins, betas = decided[0]
+            print(f"  {base_label}: beta {betas[0]} and {betas[1]}, each fit on the other half of the problems")
             print(
                 f"  {base_label} {100 * statistics.fmean(plain):.1f}; + verifier (cross-fit) "
                 f"{100 * statistics.fmean(wins):.1f}, over {base_label} {gain_interval(wins, plain, rng)}"
                 + (f", over majority {gain_interval(wins, majority, rng)}" if base is not None else "")
+            )
+            gains = sorted(100 * (statistics.fmean(w) - statistics.fmean(plain)) for w, _ in decided)
+            print(
+                f"  {base_label}, {SPLITS} splits into halves: over {base_label} {statistics.fmean(gains):+.1f} on "
+                f"average (from {gains[0]:+.1f} to {gains[-1]:+.1f}; +1 or more in {sum(g >= 1 for g in gains)})"
             )
         alone = [equivalent(best_verified(s, scores), s.gold) for s, scores in scored]
         print(f"  verifier alone (best of five) {100 * statistics.fmean(alone):.1f}, over majority "
