@@ -175,7 +175,7 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
                 f"  {base_label}, {SPLITS} splits into halves: over {base_label} {statistics.fmean(gains):+.1f} on "
                 f"average (from {gains[0]:+.1f} to {gains[-1]:+.1f}; +1 or more in {sum(g >= 1 for g in gains)})"
             )
-        alone = [equivalent(best_verified(s, scores), s.gold) for s, scores in scored]
+        alone = [right(best_verified(scores), s)[0] for s, scores in scored]
         print(f"  verifier alone (best of five) {100 * statistics.fmean(alone):.1f}, over majority "
               f"{gain_interval(alone, majority, rng)}")  # fmt: skip
     right_scores = [v for key, v in cache.items() if correct[key]]

@@ -49,7 +49,7 @@ def test_the_verified_vote_adds_beta_times_the_log_odds_to_each_weight() -> None
     assert verified_vote(None, scores, 0.0).invoke(sample_set).answer == "7"  # beta 0: the vote as it is
     assert verified_vote(None, scores, 1.0).invoke(sample_set).answer == "9"  # 5 against 2 × 0.01 (floored)
     assert verified_vote(lambda c: 10.0, scores, 1.0).invoke(sample_set).answer == "7"  # heavy base weights win
-    assert best_verified(sample_set, scores) == "9"
+    assert best_verified(scores).invoke(sample_set).answer == "9"
 
 
 def test_grpo_rewards_the_right_verdict() -> None:

@@ -8,11 +8,13 @@ learned from.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable
 from typing import Any
 
 from aggregate_graph import Candidate, SampleSet
-from aggregate_graph.aggregators import MajorityVote, SSAStyle
+from aggregate_graph.aggregators import BestOfN, MajorityVote, SSAStyle
+from aggregate_graph.aggregators.choice import letter_logprobs
 from aggregate_graph.aggregators.llm import as_messages, fit_budget, neutralise
 from aggregate_graph.aggregators.majority import is_voter
 from aggregate_graph.aggregators.weighted import MIN_WEIGHT
@@ -46,20 +48,15 @@ def parse_verdict(text: str) -> str | None:
 
 
 def verdict_log_odds(response: Any) -> float:
-    """log P(Yes) − log P(No) of the first generated token (OpenAI's `logprobs` schema, as `LocalChatModel` and
-    vLLM return it); a verdict missing from the top list gets the smallest listed value (a bound)."""
-    meta = getattr(response, "response_metadata", None) or {}
-    content = (meta.get("logprobs") or {}).get("content") or []
+    """log P(Yes) − log P(No) of the first generated token, read as the choice SSA reads its letters
+    (`letter_logprobs`: a verdict missing from the top list gets the smallest listed value, a bound). A reply
+    without a top list is an error: one verdict's log-probability alone gives no odds."""
+    content = ((getattr(response, "response_metadata", None) or {}).get("logprobs") or {}).get("content") or []
     if not content or not content[0].get("top_logprobs"):
         raise ValueError("the verifier's reply carries no top_logprobs: call it with logprobs=True, top_logprobs=20")
-    top = content[0]["top_logprobs"]
-    found: dict[str, float] = {}
-    for entry in top:
-        token = str(entry["token"]).strip()
-        if token in VERDICTS and token not in found:
-            found[token] = float(entry["logprob"])
-    floor = min(float(entry["logprob"]) for entry in top)
-    return found.get("Yes", floor) - found.get("No", floor)
+    logprobs = letter_logprobs(response, VERDICTS)
+    assert logprobs is not None  # the top list is there
+    return logprobs["Yes"] - logprobs["No"]
 
 
 def verifier_scores(model: Any, sample_set: SampleSet, style: SSAStyle) -> dict[int, float]:
@@ -73,16 +70,16 @@ def verifier_scores(model: Any, sample_set: SampleSet, style: SSAStyle) -> dict[
 
 def verified_vote(base: Callable[[Candidate], float] | None, scores: dict[int, float], beta: float) -> MajorityVote:
     """The vote in which each candidate weighs its base weight (`base`, e.g. a `WeightedVote`'s `weight_of`;
-    None: 1) plus `beta` times its verdict log-odds, floored at `MIN_WEIGHT` as fit weights are."""
+    None: 1) plus `beta` times its verdict log-odds (`scores`, every voter's), floored at `MIN_WEIGHT` as fit
+    weights are."""
 
     def weight(candidate: Candidate) -> float:
         own = base(candidate) if base is not None else 1.0
-        return max(own + beta * scores.get(candidate.index, 0.0), MIN_WEIGHT)
+        return max(own + beta * scores[candidate.index], MIN_WEIGHT)
 
     return MajorityVote(weights=weight)
 
 
-def best_verified(sample_set: SampleSet, scores: dict[int, float]) -> str | None:
-    """The answer of the candidate the verifier rates highest (the verifier alone: best-of-n)."""
-    voters: Sequence[Candidate] = [c for c in sample_set.candidates if c.index in scores]
-    return max(voters, key=lambda c: (scores[c.index], -c.index)).answer if voters else None
+def best_verified(scores: dict[int, float]) -> BestOfN:
+    """The verifier alone: best-of-n over the voters it scored (a candidate it did not score never wins)."""
+    return BestOfN(lambda _, candidate: scores.get(candidate.index, -math.inf))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -110,8 +110,9 @@ def parse_choice(text: str, letters: str = LETTERS) -> str | None:
     return letter if letter and letter in letters else None
 
 
-def letter_logprobs(response: Any, letters: str) -> dict[str, float] | None:
-    """The first generated token's log-probability for each option letter (OpenAI's `logprobs` schema, which
+def letter_logprobs(response: Any, letters: Collection[str]) -> dict[str, float] | None:
+    """The first generated token's log-probability for each option letter (or each of a set of one-token replies:
+    the verifier's Yes / No) in OpenAI's `logprobs` schema (which
     ChatOpenAI, vLLM and `LocalChatModel` all return); a letter missing from the top list gets the smallest
     listed value (an upper bound). None when the response carries no log-probabilities."""
     meta = getattr(response, "response_metadata", None) or {}
