@@ -135,7 +135,9 @@ class Usage(BaseModel):
 class Candidate(BaseModel):
     """One sampled answer, or the record of a sample that failed.
 
-    `index` is the position in the request plan, never the arrival order. Candidates drawn by one
+    `index` is the position in the request plan, never the arrival order; `landed_at` is when the candidate
+    landed (seconds since the epoch; None on a candidate built by hand): a vote's tie goes to the answer that
+    landed first (`plurality`), so that settling early can decide as soon as it can. Candidates drawn by one
     request with `n > 1` share `request_id` and that request's `usage` (the prompt is billed once),
     so `SampleSet.usage` counts each request once. A candidate that states no answer ("The answer is unknown.")
     has `answer` None and the reason in `abstention`, so that no aggregator counts it as an answer.
@@ -157,6 +159,7 @@ class Candidate(BaseModel):
     usage: Usage | None = None
     request_id: str | None = None
     latency_s: float | None = None
+    landed_at: float | None = Field(default=None, description="when the candidate landed, seconds since the epoch")
     finish_reason: str | None = None
     error: str | None = None
     error_status: int | None = Field(default=None, description="the HTTP status of a failed request, if it had one")

@@ -82,7 +82,7 @@ def floor_s(sample_set: SampleSet, n: int) -> float:
     landed: list[Candidate] = []
     for k in sorted(range(n), key=latencies.__getitem__):
         reply = sample_set.candidates[k % len(sample_set.candidates)]
-        landed.append(Candidate(index=k, text=reply.text, answer=reply.answer))
+        landed.append(Candidate(index=k, text=reply.text, answer=reply.answer, landed_at=latencies[k]))
         if MajorityVote().settled(SampleSet(question=sample_set.question, candidates=landed), n - len(landed)):
             return latencies[k]
     return max(latencies)

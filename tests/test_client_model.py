@@ -64,7 +64,7 @@ def _model(server: Any, is_async: bool) -> OpenAIClientChatModel:
 
 def _seen(candidates: list[Any]) -> list[dict[str, Any]]:
     """What a candidate says, without what differs from one request to the next."""
-    return [c.model_dump(exclude={"request_id", "latency_s"}) for c in candidates]
+    return [c.model_dump(exclude={"request_id", "latency_s", "landed_at"}) for c in candidates]
 
 
 def _without_call_ids(reply: Any) -> Any:

@@ -57,19 +57,25 @@ def test_settling_never_changes_the_majority_answer_on_the_pools():
     """Every unreserved set of the Faithful-CoT pool (each LM's five prompts, anonymised, and nine candidates
     mixed from the six LMs; their answers are their programs' results, read by an answer function) and of the
     GPT-3 pool (read from the text as any reply is), in a random arrival order: the answer decided on the
-    candidates landed when the vote settles is the answer decided on all of them."""
+    candidates landed when the vote settles is the answer decided on all of them. Every other set carries its
+    landing times, as a drawn set does (a tie goes to the answer that landed first); the rest tie by index, as a
+    set built by hand does."""
     sets = [s for s in load_faithful_cot() if not is_reserved(s)]
     pools = [one_model(s, lm) for s in sets for lm in FAITHFUL_COT_LMS]
     pools += [s.model_copy(update={"candidates": random.Random(s.id).sample(s.candidates, 9)}) for s in sets]
     gpt3 = [s for s in load_gpt3_solutions() if not is_reserved(s)]
     read_from_text = {id(s) for s in gpt3}  # the pools share problem ids
     rng, saved, checked = random.Random(0), 0, 0
-    for sample_set in pools + gpt3:
+    for number, sample_set in enumerate(pools + gpt3):
         n = len(sample_set.candidates)
         executed = {c.text: c.answer for c in sample_set.candidates}  # a program's text → what running it gave
         answer_type = "auto" if id(sample_set) in read_from_text else executed.get
         nodes = _Nodes([], AggregationOptions(n=n, answer_type=answer_type), (), False)
         order = rng.sample(range(n), n)
+        if number % 2:
+            landed_at = {position: float(time) for time, position in enumerate(order)}
+            stamped = [c.model_copy(update={"landed_at": landed_at[i]}) for i, c in enumerate(sample_set.candidates)]
+            sample_set = sample_set.model_copy(update={"candidates": stamped})
         landed = settle_in_arrival_order(nodes, sample_set, order)
         if len(landed) == n:
             continue
@@ -126,11 +132,20 @@ def test_a_split_vote_waits_for_the_candidates_that_decide_it():
         assert out["sample_set"].aggregation.answer == "42"
 
 
-def candidates(*answers: str, texts: list[str] | None = None) -> SampleSet:
+def candidates(
+    *answers: str, texts: list[str] | None = None, indices: list[int] | None = None, landed: list[float] | None = None
+) -> SampleSet:
     return SampleSet(
         question=QUESTION,
         candidates=[
-            Candidate(index=i, text=(texts or list(answers))[i], answer=a, model="m") for i, a in enumerate(answers)
+            Candidate(
+                index=(indices or list(range(len(answers))))[i],
+                text=(texts or list(answers))[i],
+                answer=a,
+                model="m",
+                landed_at=None if landed is None else landed[i],
+            )
+            for i, a in enumerate(answers)
         ],
     )
 
@@ -146,6 +161,13 @@ def test_each_vote_settles_by_its_own_margin():
     assert not MajorityVote(weights=lambda c: 1.0).settled(candidates("42", "42", "42"), 0)  # unbounded weights
     heavy = WeightedVote({"m": 1.0}, default_weight=3.0)  # a candidate still out may weigh 3
     assert not heavy.settled(candidates("42", "42", "42"), 1) and heavy.settled(candidates("42", "42", "42", "42"), 1)
+    # with landing times (a drawn set) a tie goes to the answer that landed first, and those still out land later
+    assert MajorityVote().settled(candidates("41", "42", "42", landed=[3.0, 1.0, 2.0]), 1)
+    assert not MajorityVote().settled(candidates("41", "42", "42", landed=[1.0, 2.0, 3.0]), 1)
+    assert not MajorityVote().settled(candidates("42", "42", indices=[2, 3]), 2)  # indices 0 and 1 would win a tie
+    assert MajorityVote().settled(candidates("42", "42", indices=[2, 3], landed=[1.0, 2.0]), 2)
+    assert MajorityVote().invoke(candidates("41", "42", landed=[2.0, 1.0])).answer == "42"
+    assert MajorityVote().invoke(candidates("41", "42")).answer == "41"
     json_set = candidates("a", "a", "b", texts=['{"x": 1}', '{ "x":1 }', '{"x": 2}'])
     assert not StructuredVote().settled(json_set, 1) and StructuredVote().settled(json_set, 0)
 

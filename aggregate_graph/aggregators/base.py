@@ -13,7 +13,7 @@ from langchain_core.runnables.config import run_in_executor
 
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
-__all__ = ["Aggregator", "plurality", "stays_first"]
+__all__ = ["Aggregator", "plurality", "stays_first", "tie_keys"]
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):
@@ -81,9 +81,24 @@ def plurality(
     choices: Mapping[str, Sequence[Candidate]], weight: Callable[[Candidate], float] = lambda _: 1.0
 ) -> tuple[dict[str, float], list[str]]:
     """The votes of each choice (its candidates' summed weights) and the choices tied for first, the winner
-    first: a tie goes to the choice whose first candidate has the lowest index (the order of the request, so
-    reruns agree). Every vote in this package — answers, tool plans, JSON objects — is decided here."""
+    first: a tie goes to the choice whose candidates landed first (`tie_keys`). Every vote in this package —
+    answers, tool plans, JSON objects — is decided here."""
     votes = {key: float(sum(weight(c) for c in members)) for key, members in choices.items()}
-    best = max(votes.values())
-    tied = sorted((key for key, v in votes.items() if math.isclose(v, best)), key=lambda key: choices[key][0].index)
+    best, keys = max(votes.values()), tie_keys(choices)
+    tied = sorted((key for key, v in votes.items() if math.isclose(v, best)), key=keys.__getitem__)
     return votes, tied
+
+
+def tie_keys(choices: Mapping[str, Sequence[Candidate]]) -> dict[str, tuple[float, int]]:
+    """Each choice's place in a tie, the lowest first: when its first candidate landed (`Candidate.landed_at`),
+    then the lowest index. The time counts only where every candidate of the vote has one (a set the graph drew),
+    so a set built by hand, or a pool, ties by index alone (the order of the request, so reruns agree). Landing
+    order lets a settled vote decide once the candidates still out could at most tie: they land later, and lose."""
+    return {key: min((time, c.index) for time, c in zip(landing_times(members, choices), members, strict=True))
+            for key, members in choices.items()}  # fmt: skip
+
+
+def landing_times(candidates: Sequence[Candidate], choices: Mapping[str, Sequence[Candidate]]) -> list[float]:
+    """The candidates' landing times as a tie counts them: all 0 when any candidate of the vote has none."""
+    stamped = all(c.landed_at is not None for members in choices.values() for c in members)
+    return [c.landed_at if stamped and c.landed_at is not None else 0.0 for c in candidates]

@@ -37,8 +37,8 @@ def parse_json_content(text: str) -> Any:
 @register
 class StructuredVote(Aggregator):
     """The JSON value most candidates returned, by exact equality of the parsed values. A tie goes to the value
-    whose first candidate has the lowest index (as in `MajorityVote`). The aggregation's `text` is that first
-    candidate's content as it was written, and `answer` the value's canonical JSON. Raises `AggregationError`
+    whose candidates landed first (as in `MajorityVote`: `plurality`). The aggregation's `text` is the content of
+    the value's first candidate as it was written, and `answer` the value's canonical JSON. Raises `AggregationError`
     when no candidate's content parses as JSON."""
 
     name = "structured_vote"

@@ -46,8 +46,8 @@ def tool_choices(sample_set: SampleSet) -> dict[str, list[Candidate]]:
 
 def vote_tool_calls(sample_set: SampleSet) -> tuple[Aggregation | None, dict[str, float]]:
     """The winning tool plan's aggregation (None when answering now won, or no candidate called a tool) and
-    the votes of every choice ({} when no candidate called a tool). A tie goes to the choice whose first
-    candidate has the lowest index, as in `MajorityVote`."""
+    the votes of every choice ({} when no candidate called a tool). A tie goes to the choice whose
+    candidates landed first, as in `MajorityVote` (`plurality`)."""
     started = time.perf_counter()
     choices = tool_choices(sample_set)
     if all(key == ANSWER_NOW for key in choices):

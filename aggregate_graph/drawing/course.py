@@ -44,7 +44,7 @@ def candidates_of(
     reply: Reply, draw: Draw, sampler: Sampler, latency: float, policy: CandidatePolicy
 ) -> tuple[list[Candidate], tuple[int, ...]]:
     """Candidates for the samples returned, and the indices a server that ignores `n` left unfilled."""
-    choices, request_id = reply.choices[: len(draw.indices)], uuid.uuid4().hex
+    choices, request_id, landed_at = reply.choices[: len(draw.indices)], uuid.uuid4().hex, time.time()
     out = []
     for index, choice in zip(draw.indices, choices, strict=False):
         candidate = Candidate(
@@ -56,6 +56,7 @@ def candidates_of(
             usage=reply.usage,
             request_id=request_id,
             latency_s=latency,
+            landed_at=landed_at,
             finish_reason=choice.finish_reason,
             wave=draw.wave,
         )
@@ -64,13 +65,14 @@ def candidates_of(
 
 
 def failed(draw: Draw, sampler: Sampler, exc: BaseException, latency: float) -> list[Candidate]:
-    status = getattr(exc, "status_code", None)
+    status, landed_at = getattr(exc, "status_code", None), time.time()
     return [
         Candidate(
             index=i,
             model=sampler.model_name,
             params=sampler.params,
             latency_s=latency,
+            landed_at=landed_at,
             error=describe(exc),
             error_status=status if isinstance(status, int) else None,
             error_kind=error_kind(exc),
