@@ -129,7 +129,9 @@ class _Nodes:
         size = self.n if self.adaptive is None else (self.adaptive.wave_size if drawn else self.adaptive.first_wave)
         wave = max((c.wave for c in candidates), default=-1) + 1
         key = f"{state.get('run_key')}:{wave}" if self.settle else None
-        _, conversation = last_turn(state["messages"])
+        question, conversation = last_turn(state["messages"])
+        if key is not None and candidates:  # a later wave settles on the earlier waves' candidates too
+            self._settlings.of(key, question, candidates)
         by_sampler: dict[int, list[int]] = {}
         for index in range(drawn, min(self.n, drawn + size)):
             by_sampler.setdefault(index % len(self.pool), []).append(index)
@@ -198,6 +200,8 @@ class _Nodes:
         """The `Settling` the draws of `draw`'s wave share, or None: no settling."""
         if draw.settle_key is None:
             return None
+        if draw.wave:  # made by `route` with the earlier waves' candidates; without them (a run resumed in
+            return self._settlings.get(draw.settle_key)  # another process), the wave waits for all of its draws
         question, _ = last_turn(draw.messages)
         return self._settlings.of(draw.settle_key, question)
 
@@ -238,6 +242,7 @@ class _Nodes:
         indices settling early cancelled."""
         if settling is not None:
             candidates = list({c.index: c for c in [*settling.landed(draw.indices), *candidates]}.values())
+            settling.stamp(candidates)  # a streamed request's choices, rebuilt once it ended, landed as reported
         landed = {c.index for c in candidates}
         return {"candidates": candidates, "cancelled": [i for i in draw.indices if i not in landed]}
 

@@ -410,7 +410,11 @@ async def test_adaptive_sampling_decides_whether_to_stop_off_the_event_loop(serv
 
     server = serve(["#### 42", "#### 41"])
     adaptive = Recorded(first_wave=2, wave_size=2, agreement=1.0, min_agreeing=3)
-    graph = build_aggregate_graph(chat(server), n=6, adaptive=adaptive, policy=CandidatePolicy(use_n=False))
+    # settle=False: every wave drawn whole (a later wave counts the earlier waves' candidates: settling could
+    # cancel the last)
+    graph = build_aggregate_graph(
+        chat(server), n=6, adaptive=adaptive, policy=CandidatePolicy(use_n=False), settle=False
+    )
     out = await graph.ainvoke(ASK)  # 42 and 41 alternate: the first two waves never agree
     assert [c.wave for c in out["sample_set"].candidates] == [0, 0, 1, 1, 2, 2] and len(threads) == 2
     assert all(t is not threading.main_thread() for t in threads)
@@ -478,7 +482,8 @@ def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters
         def on_chat_model_start(self, *args, parent_run_id=None, **kwargs) -> None:
             self.parents.append(parent_run_id)
 
-    graph = build_aggregate_graph(chat(serve(["#### 42"])), n=3, policy=CandidatePolicy(use_n=False))
+    # settle=False: every request is sent (a blocking run skips one not yet sent once two 42s settle the vote)
+    graph = build_aggregate_graph(chat(serve(["#### 42"])), n=3, policy=CandidatePolicy(use_n=False), settle=False)
     starts = Starts()
     assert graph.invoke(ASK, {"callbacks": [starts]})["sample_set"].aggregation.answer == "42"
     assert len(starts.parents) == 3 and all(parent is not None for parent in starts.parents)
@@ -487,5 +492,7 @@ def test_every_candidate_request_is_seen_by_the_runs_handlers_and_usage_counters
     assert usage.usage_metadata["test-model"]["output_tokens"] == 3 * 2
     bound = Starts()  # a handler bound to the model itself, as a binding's own config
     model = chat(serve(["#### 42"])).with_config(callbacks=[bound])
-    build_aggregate_graph(model, n=3, policy=CandidatePolicy(use_n=False)).invoke(ASK, {"callbacks": [starts]})
+    build_aggregate_graph(model, n=3, policy=CandidatePolicy(use_n=False), settle=False).invoke(
+        ASK, {"callbacks": [starts]}
+    )
     assert len(bound.parents) == 3 and len(starts.parents) == 6

@@ -13,11 +13,19 @@ from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import AggregationOptions, build_aggregate_graph, checkpoint_serde, sample_sets_from, wrap_openai
+from aggregate_graph import (
+    AdaptiveSampling,
+    AggregationOptions,
+    build_aggregate_graph,
+    checkpoint_serde,
+    sample_sets_from,
+    wrap_openai,
+)
 from aggregate_graph.aggregators.choice import SSAChoiceAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.aggregators.weighted import WeightedVote
+from aggregate_graph.drawing.settling import Settling
 from aggregate_graph.graph import _Nodes
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
@@ -287,3 +295,34 @@ def test_the_proxy_closes_a_streamed_n_request_once_settled():
         (sample_set,) = sample_sets_from(completion)
         assert sample_set.aggregation.answer == "42" and len(sample_set.metadata["cancelled"]) == 2
         assert upstream.calls == 1 and upstream.requests[0]["stream"] is True and upstream.requests[0]["n"] == 5
+
+
+def test_settling_stamps_candidates_in_the_order_they_land():
+    """A candidate stamped earlier elsewhere (a worker thread, a clock stepping back) that lands later gets a later
+    time: the candidates still out land after every one landed, as a settled tie needs."""
+    settling = Settling(4, lambda landed, outstanding: False)
+    late, early = Candidate(index=1, text="7", answer="7", landed_at=5.0), Candidate(index=0, text="9", answer="9")
+    settling.land([late])
+    early.landed_at = 1.0
+    settling.land([early])
+    assert early.landed_at >= late.landed_at >= 5.0
+    rebuilt = Candidate(index=0, text="9", answer="9", landed_at=99.0)  # e.g. a streamed choice, once its request ends
+    settling.stamp([rebuilt])
+    assert rebuilt.landed_at == early.landed_at
+
+
+def test_a_later_wave_settles_on_the_earlier_waves_candidates_too():
+    """Adaptive sampling: the second wave's vote counts the first wave's candidates as landed (first), so a tie
+    they can still win keeps the wave waiting: 9, 9, then 7, 7, 7, two abstentions and a slow 9 tie 3-3, and the
+    9s landed first. Counted as candidates still out instead, the first wave's 9s would land after the 7s and lose
+    that tie: the wave would settle on 7 and cancel the slow 9."""
+    replies = ["The answer is 9."] * 2 + ["The answer is 7."] * 3 + ["The answer is unknown."] * 2
+    adaptive = AdaptiveSampling(first_wave=2, wave_size=6, agreement=1.0, min_agreeing=3)
+    latencies = [0.01, 0.01, 0.01, 0.01, 0.01, 0.02, 0.02, 0.6]
+    with OpenAITestServer([*replies, "The answer is 9."], latency_s=by_arrival(latencies), n_mode="reject") as s:
+        graph = build_aggregate_graph(chat(s), n=8, adaptive=adaptive, answer_type="math", policy={"use_n": False})
+        out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
+    sample_set = out["sample_set"]
+    answers = [c.answer for c in sample_set.candidates]  # the server's replies go by arrival, not by index
+    assert answers[:2] == ["9", "9"] and sorted(map(str, answers[2:])) == ["7", "7", "7", "9", "None", "None"]
+    assert sample_set.metadata["cancelled"] == [] and sample_set.aggregation.answer == "9"

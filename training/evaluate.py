@@ -89,9 +89,10 @@ def aggregator_for(config: EvaluateConfig) -> Any:
 
 
 def subset(sample_set: SampleSet, k: int, rng: random.Random | None, shuffle: bool = False) -> SampleSet:
-    """The first k candidates, or k random ones kept in request order (the order breaks vote ties); `shuffle`:
-    in a random order instead, renumbered in it."""
-    chosen = list(sample_set.candidates)
+    """The first k candidates, or k random ones kept in request order (the order breaks vote ties: landing times,
+    which a set the graph drew carries and which would break them instead, are dropped); `shuffle`: in a random
+    order instead, renumbered in it."""
+    chosen = [c.model_copy(update={"landed_at": None}) for c in sample_set.candidates]
     if rng is not None and k < len(chosen):
         chosen = sorted(rng.sample(chosen, k), key=lambda c: c.index)
     chosen = chosen[:k]

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import run_in_executor
 
 from aggregate_graph.sample_set import Aggregation, Candidate, SampleSet
 
-__all__ = ["Aggregator", "plurality", "stays_first", "tie_keys"]
+__all__ = ["Aggregator", "plurality", "stays_first", "tie_keys", "tie_time"]
 
 
 class Aggregator(Runnable[SampleSet, Aggregation], ABC):
@@ -84,21 +84,25 @@ def plurality(
     first: a tie goes to the choice whose candidates landed first (`tie_keys`). Every vote in this package —
     answers, tool plans, JSON objects — is decided here."""
     votes = {key: float(sum(weight(c) for c in members)) for key, members in choices.items()}
-    best, keys = max(votes.values()), tie_keys(choices)
-    tied = sorted((key for key, v in votes.items() if math.isclose(v, best)), key=keys.__getitem__)
+    best = max(votes.values())
+    tied = [key for key, v in votes.items() if math.isclose(v, best)]
+    if len(tied) > 1:
+        tied.sort(key=tie_keys(choices).__getitem__)
     return votes, tied
 
 
 def tie_keys(choices: Mapping[str, Sequence[Candidate]]) -> dict[str, tuple[float, int]]:
-    """Each choice's place in a tie, the lowest first: when its first candidate landed (`Candidate.landed_at`),
-    then the lowest index. The time counts only where every candidate of the vote has one (a set the graph drew),
-    so a set built by hand, or a pool, ties by index alone (the order of the request, so reruns agree). Landing
-    order lets a settled vote decide once the candidates still out could at most tie: they land later, and lose."""
-    return {key: min((time, c.index) for time, c in zip(landing_times(members, choices), members, strict=True))
-            for key, members in choices.items()}  # fmt: skip
+    """Each choice's place in a tie, the lowest first: the earliest landing among its candidates
+    (`Candidate.landed_at`, as `tie_time` counts it), then the lowest index. Landing order lets a settled vote
+    decide once the candidates still out could at most tie: they land later, and lose."""
+    time = tie_time([c for members in choices.values() for c in members])
+    return {key: min((time(c), c.index) for c in members) for key, members in choices.items()}
 
 
-def landing_times(candidates: Sequence[Candidate], choices: Mapping[str, Sequence[Candidate]]) -> list[float]:
-    """The candidates' landing times as a tie counts them: all 0 when any candidate of the vote has none."""
-    stamped = all(c.landed_at is not None for members in choices.values() for c in members)
-    return [c.landed_at if stamped and c.landed_at is not None else 0.0 for c in candidates]
+def tie_time(voters: Sequence[Candidate]) -> Callable[[Candidate], float]:
+    """How a tie counts a candidate's landing: its `landed_at` where every voter has one (a set the graph drew),
+    else 0 for all, so that a set built by hand, or a pool, ties by index alone (the order of the request, so
+    reruns agree)."""
+    if all(c.landed_at is not None for c in voters):
+        return lambda c: cast(float, c.landed_at)
+    return lambda c: 0.0

@@ -21,7 +21,7 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import Aggregator
+from aggregate_graph.aggregators.base import Aggregator, tie_time
 from aggregate_graph.aggregators.llm import (
     Decision,
     LLMAggregator,
@@ -44,15 +44,18 @@ QUESTION_TOKENS = 64  # the question's head: enough to say what is asked, little
 
 def option_groups(candidates: Sequence[Candidate], weights: WeightedVote | None = None) -> list[list[int]]:
     """The distinct answers as lists of positions in `candidates`, in the order the vote ranks them (`weights`'
-    weighted votes, else counts; ties: the earliest candidate first, as the vote breaks them), so option A is the
-    answer the vote — the aggregator's fallback — would give. Candidates that do not vote are no option."""
+    weighted votes, else counts; ties: the earliest landing, then the earliest candidate first, as the vote breaks
+    them: `tie_keys`), so option A is the answer the vote — the aggregator's fallback — would give. Candidates
+    that do not vote are no option."""
     voters = [i for i, c in enumerate(candidates) if is_voter(c)]
     classes = [[voters[j] for j in cls] for cls in group_equivalent([candidates[i].answer for i in voters])]
+    time = tie_time([candidates[i] for i in voters])
 
-    def score(cls: list[int]) -> float:
-        return sum(weights.weight_of(candidates[i]) for i in cls) if weights is not None else float(len(cls))
+    def rank(cls: list[int]) -> tuple[float, tuple[float, int]]:
+        score = sum(weights.weight_of(candidates[i]) for i in cls) if weights is not None else float(len(cls))
+        return -round(score, 9), min((time(candidates[i]), i) for i in cls)
 
-    return sorted(classes, key=lambda cls: (-round(score(cls), 9), cls[0]))[: len(LETTERS)]
+    return sorted(classes, key=rank)[: len(LETTERS)]
 
 
 def choice_target(gold: str, candidates: Sequence[Candidate], weights: WeightedVote | None = None) -> str | None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 
 from langchain_core.runnables import RunnableConfig
 
-from aggregate_graph.aggregators.base import Aggregator, landing_times, plurality, stays_first, tie_keys
+from aggregate_graph.aggregators.base import Aggregator, plurality, stays_first, tie_keys, tie_time
 from aggregate_graph.aggregators.registry import register
 from aggregate_graph.errors import AggregationError
 from aggregate_graph.reading.answers import group_equivalent, normalize_answer
@@ -29,16 +29,17 @@ def abstentions_of(sample_set: SampleSet) -> dict[str, str]:
 def wins_every_tie(choices: Mapping[str, list[Candidate]], landed: set[int], outstanding: int) -> bool:
     """One vote per candidate: whether the leading choice stays the winner whatever the `outstanding` candidates
     answer, counting the ties it would win. A tie goes to the choice whose candidates landed first, then to the
-    lowest index (`plurality`): an outstanding candidate lands no earlier than the latest landed, at an index not
-    `landed` (the lowest free one at least), so a challenger the outstanding votes bring level loses the tie when
-    the leader's place (`tie_keys`) comes before both the challenger's and theirs."""
+    lowest index (`tie_keys`): an outstanding candidate lands no earlier than the latest landed (`Settling`
+    stamps landings in order), at an index not `landed` (the lowest free one at least), so a challenger the
+    outstanding votes bring level loses the tie when the leader's place comes before both the challenger's and
+    theirs."""
     votes, tied = plurality(choices)
     keys, leader = tie_keys(choices), tied[0]
     challengers = [(votes[key], keys[key]) for key in choices if key != leader]
     if outstanding:
         voters = [c for members in choices.values() for c in members]
         lowest_out = next(i for i in range(len(landed) + 1) if i not in landed)
-        theirs = (max(landing_times(voters, choices)), lowest_out)  # the earliest place an outstanding one can take
+        theirs = (max(map(tie_time(voters), voters)), lowest_out)  # the earliest place an outstanding one can take
         challengers = [(count, min(key, theirs)) for count, key in challengers] + [(0.0, theirs)]  # a new answer too
     return all(
         count + outstanding < votes[leader] or (count + outstanding == votes[leader] and keys[leader] < key)
@@ -51,9 +52,9 @@ class MajorityVote(Aggregator):
     """The answer most candidates agree on, equivalence decided by `answers.group_equivalent`.
 
     `weights` scales each candidate's vote: a mapping from model name to weight, or a function of the
-    candidate. A tie goes to the class whose first member landed first (`Candidate.landed_at`, on a set the graph
-    drew) or, on a set without landing times, has the lowest candidate index (the order of the request, so reruns
-    agree); the tied answers are reported in `Aggregation.tie`.
+    candidate. A tie goes to the class with the earliest landing among its members (`Candidate.landed_at`, on a
+    set the graph drew) or, on a set without landing times, the lowest candidate index (the order of the request,
+    so reruns agree); the tied answers are reported in `Aggregation.tie`.
     Candidates that failed, stated no extractable answer or abstained ("The answer is unknown.": `answer` None,
     the reason in `Candidate.abstention`) do not vote; `details["abstentions"]` maps each abstainer's index (a
     string, as in JSON) to its reason.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -27,16 +28,26 @@ class Settling:
         is_settled: whether the landed candidates' decision is settled with that many still out.
     """
 
-    def __init__(self, n: int, is_settled: IsSettled) -> None:
+    def __init__(self, n: int, is_settled: IsSettled, landed: Iterable[Candidate] = ()) -> None:
         self.n, self._is_settled = n, is_settled
-        self._landed: dict[int, Candidate] = {}
+        self._landed: dict[int, Candidate] = {c.index: c for c in landed}  # an earlier wave's, then this one's
+        self._stamps = {i: c.landed_at for i, c in self._landed.items() if c.landed_at is not None}
+        self._latest = max(self._stamps.values(), default=0.0)
         self._tasks: set[asyncio.Task] = set()
         self._lock = threading.Lock()  # sync draws land from worker threads
         self.settled = False
 
     def land(self, candidates: Iterable[Candidate]) -> None:
-        """Take candidates that landed; once that settles the decision, cancel the async requests still out."""
+        """Take candidates that landed, stamping each with when it did; once that settles the decision, cancel
+        the async requests still out."""
         with self._lock:
+            candidates = list(candidates)
+            for c in candidates:
+                # stamped here, under the lock and never earlier than the last: a candidate still out lands after
+                # every one landed, as a settled tie needs (`wins_every_tie`), across worker threads and clock steps
+                if c.index not in self._stamps:
+                    self._latest = self._stamps[c.index] = max(time.time(), self._latest)
+                c.landed_at = self._stamps[c.index]
             if self.settled:
                 return
             self._landed.update({c.index: c for c in candidates})
@@ -45,6 +56,13 @@ class Settling:
             self.settled, tasks = True, [t for t in self._tasks if not t.done() and t is not _running_task()]
         for task in tasks:  # not the task landing: cancelled, it would drop the result it is returning
             task.cancel()
+
+    def stamp(self, candidates: Iterable[Candidate]) -> None:
+        """Give candidates rebuilt from a reply (a streamed request's choices, once it ends) the times their
+        indices landed at."""
+        with self._lock:
+            for c in candidates:
+                c.landed_at = self._stamps.get(c.index, c.landed_at)
 
     def attach(self, tasks: Iterable[asyncio.Task]) -> None:
         """Async requests to cancel once settled (at once, when it already is)."""
@@ -82,14 +100,19 @@ class Settlings:
         self._waves: dict[str, Settling] = {}
         self._lock = threading.Lock()
 
-    def of(self, key: str, question: str) -> Settling:
-        """The wave's `Settling` (made by the first draw that asks)."""
+    def of(self, key: str, question: str, landed: Iterable[Candidate] = ()) -> Settling:
+        """The wave's `Settling` (made by the first that asks, with the candidates earlier waves `landed`)."""
         with self._lock:
             if (settling := self._waves.get(key)) is None:
                 while len(self._waves) >= self._keep:
                     del self._waves[next(iter(self._waves))]
-                settling = self._waves[key] = Settling(self.n, partial(self._is_settled, question))
+                settling = self._waves[key] = Settling(self.n, partial(self._is_settled, question), landed)
         return settling
+
+    def get(self, key: str) -> Settling | None:
+        """The wave's `Settling`, if one was made."""
+        with self._lock:
+            return self._waves.get(key)
 
     def forget(self, run_key: str) -> None:
         """Drop the waves of a run that aggregates."""
