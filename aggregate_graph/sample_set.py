@@ -138,10 +138,10 @@ class Candidate(BaseModel):
     `index` is the position in the request plan, never the arrival order; `landed_at` is when the candidate
     landed (seconds since the epoch, stamped by the draw; None unless set, as on a candidate built by hand): a
     vote's tie goes to the answer that landed first (`plurality`), so that settling early can decide as soon as
-    it can. Candidates drawn by one
-    request with `n > 1` share `request_id` and that request's `usage` (the prompt is billed once),
-    so `SampleSet.usage` counts each request once. A candidate that states no answer ("The answer is unknown.")
-    has `answer` None and the reason in `abstention`, so that no aggregator counts it as an answer.
+    it can. Candidates drawn by one request with `n > 1` share `request_id` and that request's `usage` (the prompt
+    is billed once), so `SampleSet.usage` counts each request once. A candidate that states no answer ("The
+    answer is unknown.") has `answer` None and the reason in `abstention`, so that no aggregator counts it as an
+    answer.
     """
 
     index: int = Field(ge=0)
