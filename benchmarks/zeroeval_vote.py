@@ -75,14 +75,18 @@ def gain_interval(wins: list[bool], base: list[bool], rng: random.Random) -> str
     return f"{100 * statistics.fmean(diffs):+.1f} [{100 * means[50]:+.1f}, {100 * means[1949]:+.1f}]"
 
 
+def shuffled_halves(problems: list[str], rng: random.Random) -> list[set[str]]:
+    """`problems` shuffled in place by `rng` and split into two halves, the settings of each fit on the other."""
+    rng.shuffle(problems)
+    return [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
+
+
 def cross_fit(folder: str, rows: dict[str, list[SampleSet]], rng: random.Random) -> None:
     """The SSA in `folder` uncalibrated on each row's sets, then decided with settings fit on the other half of the
     problems (`training.calibrate`'s fit, over both rows), against its own vote on the same sets."""
     raw = load_trained_aggregator(folder, temperature=1.0, threshold=0.0)
     outcomes = {label: [(s.id, o) for s, o in outcomes_of(raw, sets, desc=label)] for label, sets in rows.items()}
-    problems = sorted({problem for outs in outcomes.values() for problem, _ in outs})
-    rng.shuffle(problems)
-    halves = [set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])]
+    halves = shuffled_halves(sorted({problem for outs in outcomes.values() for problem, _ in outs}), rng)
     # per row and set: right as calibrated (the fit threshold), right with no deferral (threshold 0), vote right
     decided: dict[str, list[tuple[bool, bool, bool]]] = defaultdict(list)
     for held, fit_on in (halves, halves[::-1]):
@@ -150,10 +154,7 @@ def verifier_report(folder: str, pools: dict[str, list[SampleSet]], rng: random.
             scored.append((s, scores))
         problems = sorted({s.id for s, _ in scored})
         stream = random.Random(f"halves of {label}")  # its own stream: the printed intervals do not move the splits
-        splits = []
-        for _ in range(SPLITS):
-            stream.shuffle(problems)
-            splits.append([set(problems[: len(problems) // 2]), set(problems[len(problems) // 2 :])])
+        splits = [shuffled_halves(problems, stream) for _ in range(SPLITS)]  # each shuffles the last one's order
         print(f"\nverifier, {label}: {len(scored)} sets")
         majority = [right(MajorityVote(), s)[0] for s, _ in scored]
         unlabelled = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)

@@ -38,15 +38,17 @@ class Settling:
         self.settled = False
 
     def land(self, candidates: Iterable[Candidate]) -> None:
-        """Take candidates that landed, stamping each with when it did; once that settles the decision, cancel
-        the async requests still out."""
+        """Take candidates that landed, in landing order; once that settles the decision, cancel the async
+        requests still out."""
         with self._lock:
             candidates = list(candidates)
             for c in candidates:
-                # stamped here, under the lock and never earlier than the last: a candidate still out lands after
-                # every one landed, as a settled tie needs (`wins_every_tie`), across worker threads and clock steps
+                # the draw's time, never before the latest landed (a blocking run's worker threads stamp before they
+                # land, a clock can step back): a candidate still out lands after every one landed, as a settled
+                # tie needs (`wins_every_tie`)
                 if c.index not in self._stamps:
-                    self._latest = self._stamps[c.index] = max(time.time(), self._latest)
+                    stamped = c.landed_at if c.landed_at is not None else time.time()
+                    self._latest = self._stamps[c.index] = max(stamped, self._latest)
                 c.landed_at = self._stamps[c.index]
             if self.settled:
                 return
