@@ -59,7 +59,9 @@ class AggregationOptions(BaseModel):
         settle: decide as soon as the candidates still out can no longer change the decision, and cancel them
             (`Aggregator.settled`): the same answer as waiting for all under majority, weighted and structured
             votes, at about the latency of the fastest majority instead of the slowest candidate. Async runs
-            cancel requests in flight; blocking runs skip only the requests not yet sent.
+            cancel requests in flight; a blocking run through an `openai` client (`wrap_openai(OpenAI())`)
+            streams its single requests and closes those still out; other blocking runs skip only the requests
+            not yet sent.
         stream_n: with `settle`, stream a request for several candidates (`n`) through an `openai` client
             (`wrap_openai`, the proxy) and close it once the vote is settled, so that the choices still out stop
             generating. Off by default: a closed stream reports no usage (the upstream sends it at the end);

@@ -11,7 +11,10 @@ latencies, so their answers can be compared. Replies are read by the pool's own 
 `answer_type` is a function of the text).
 
 Each configuration asks the questions one after another through `wrap_openai(AsyncOpenAI(...), n=…)` (and one
-blocking `OpenAI` row), settle on and off; the single call is the bare `AsyncOpenAI` client. Printed: the median
+blocking `OpenAI` row), settle on and off; the single call is the bare `AsyncOpenAI` client. The blocking client
+streams its requests when settling (it closes those still out; it cannot cancel them): a streamed request's first
+word comes after a fifth of its latency and the rest of its words are paced over the other four fifths, so that
+it ends when the same request unstreamed would. Printed: the median
 and p90 latency ÷ the single call's, the completion tokens the upstream generated ÷ (n × a single call's) over
 all questions and over those with a clear majority (at least 4 of the 5 replies agree), requests aborted, and
 whether each question's answer is the one waiting for all gives. The rows "the rule alone" are the floor: when
@@ -102,7 +105,15 @@ class Upstream:
         self.counts[question] += 1
         candidates = self.by_question[question].candidates
         body["_reply"] = candidates[k % len(candidates)].text  # read by `reply`: the same request's body
-        return latency_s(question, k)
+        if not body.get("stream"):
+            return latency_s(question, k)
+        # streamed: the first word after a fifth of the latency, the rest paced to end when it would unstreamed
+        body["_pace"] = 0.8 * latency_s(question, k) / max(len(body["_reply"].split()), 1)
+        return 0.2 * latency_s(question, k)
+
+    @staticmethod
+    def pace(body: dict[str, Any]) -> float:
+        return body.get("_pace", 0.0)
 
     @staticmethod
     def reply(body: dict[str, Any], sample_no: int) -> str:
@@ -151,7 +162,9 @@ def main() -> int:
 
     def run(label: str, n: int, go: Callable[[str, Stats], dict[str, Any]]) -> None:
         def make() -> OpenAITestServer:
-            return OpenAITestServer(upstream.reply, latency_s=upstream.latency, n_mode="reject")
+            return OpenAITestServer(
+                upstream.reply, latency_s=upstream.latency, token_latency_s=upstream.pace, n_mode="reject"
+            )
 
         with upstream_process(make) as (base_url, stats):
             per_question = go(base_url, stats)

@@ -287,6 +287,40 @@ def test_without_stream_n_a_request_with_n_is_answered_whole():
         assert upstream.requests[-1].get("stream") is None
 
 
+def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_settled():
+    # a wrapped sync client cannot cancel a request in flight: it streams each one and closes it once settled
+    with OpenAITestServer(_short_and_long, token_latency_s=0.01, n_mode="reject") as upstream:
+        wrapped = wrap_openai(
+            OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, policy={"use_n": False}
+        )
+        started = time.perf_counter()
+        completion = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        elapsed = time.perf_counter() - started
+        (sample_set,) = sample_sets_from(completion)
+        assert sample_set.aggregation.answer == "42" and elapsed < 1.0  # the two long replies take over 2 s
+        assert [c.text for c in sample_set.candidates] == ["The answer is 42."] * 3 and not sample_set.failed
+        assert len(sample_set.metadata["cancelled"]) == 2
+        # each landed stream was read to its end: its usage is counted
+        assert sample_set.metadata["usage_unreported"] == [] and sample_set.usage.completion_tokens == 3 * 4
+        assert all(r["stream"] is True and "n" not in r for r in upstream.requests)
+        deadline = time.monotonic() + 5
+        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = upstream.stats()
+    assert stats["calls"] == 5 and stats["aborted"] == 2
+    assert stats["completion_tokens_served"] < 3 * 4 + 2 * 20  # the long replies stopped early
+
+
+def test_a_blocking_client_without_settling_does_not_stream():
+    with OpenAITestServer(_short_and_long, n_mode="reject") as upstream:
+        options = {"n": 5, "settle": False, "policy": {"use_n": False}}
+        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
+        completion = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        (sample_set,) = sample_sets_from(completion)
+        assert len(sample_set.candidates) == 5 and sample_set.metadata["cancelled"] == []
+        assert all("stream" not in r for r in upstream.requests)
+
+
 def test_the_proxy_closes_a_streamed_n_request_once_settled():
     with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
         with proxy_for(upstream, n=5, stream_n=True) as url:

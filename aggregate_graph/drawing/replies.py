@@ -25,15 +25,15 @@ class ReplyChoice(NamedTuple):
 
 class Reply(NamedTuple):
     """A candidate request's answer, as candidates are built from it: its samples and the request's usage.
-    `closed`: a streamed `n` request closed once the vote settled (`StreamsChoices`); the choices it has are
-    those that finished, and the rest were never generated."""
+    `closed`: a streamed request closed once the vote settled (`StreamsChoices`); the choices it has are those
+    that finished, and the rest were never generated."""
 
     choices: list[ReplyChoice]
     usage: Usage | None
     closed: bool = False
 
 
-OnChoice = Callable[[ReplyChoice], bool]  # told of a finished choice; True: the rest are not needed
+OnChoice = Callable[[ReplyChoice], None]  # told of each choice of a streamed request as it finishes
 
 
 @runtime_checkable
@@ -53,13 +53,18 @@ class RepliesDirectly(Protocol):
 
 @runtime_checkable
 class StreamsChoices(Protocol):
-    """A `RepliesDirectly` model that can stream one request's `n` choices: each is told to `on_choice` as it
-    finishes, in the order they finish, and the stream is closed (the upstream stops generating the rest) as soon
-    as `on_choice` says the rest are no longer needed. Settling early uses it for a request with `n`."""
+    """A `RepliesDirectly` model that can stream one request's choices: each is told to `on_choice` as it
+    finishes, in the order they finish, and the stream is closed (the upstream stops generating the rest) at the
+    first event after which `stop` says they are no longer needed. Settling early uses it for a request with `n`,
+    and for a blocking run's single requests, which it could not interrupt otherwise."""
 
-    def stream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply: ...
+    def stream_choices(
+        self, messages: list[BaseMessage], on_choice: OnChoice, stop: Callable[[], bool], **kwargs: Any
+    ) -> Reply: ...
 
-    async def astream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply: ...
+    async def astream_choices(
+        self, messages: list[BaseMessage], on_choice: OnChoice, stop: Callable[[], bool], **kwargs: Any
+    ) -> Reply: ...
 
 
 def _request_usage(result: LLMResult) -> Usage | None:

@@ -105,24 +105,24 @@ class Drawer:
         """Whether the wave is settled, so that a request not yet sent is not sent."""
         return self.settling is not None and self.settling.settled
 
-    def streams_choices(self, draw: Draw) -> bool:
-        """Whether `draw`'s request with `n` is streamed, so that settling early can close it once the vote is
-        settled (`StreamsChoices`: the client's own `create`, nothing observing the call)."""
-        if not self.stream_n or self.settling is None or len(draw.indices) == 1:
+    def streams_choices(self, draw: Draw, blocking: bool) -> bool:
+        """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
+        (`StreamsChoices`: the client's own `create`, nothing observing the call): a request with `n` where
+        `stream_n` asks for it, and a blocking run's single request, which a settled vote could not interrupt
+        otherwise (an async run cancels its task)."""
+        if self.settling is None or not (self.direct and isinstance(self.sampler.model, StreamsChoices)):
             return False
-        return self.direct and isinstance(self.sampler.model, StreamsChoices)
+        return self.stream_n if len(draw.indices) > 1 else blocking
 
 
 def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
-    """Reports each choice of a streamed `n` request as it finishes, as the candidate at the next of the draw's
-    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished); says whether
-    the rest are no longer needed."""
+    """Reports each choice of a streamed request as it finishes, as the candidate at the next of the draw's
+    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished)."""
     started, indices = time.perf_counter(), iter(draw.indices)
 
-    def on_choice(choice: ReplyChoice) -> bool:
+    def on_choice(choice: ReplyChoice) -> None:
         single = subdraw(draw, (next(indices),))
         report(candidates_of(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
-        return drawer.not_needed()
 
     return on_choice
 
@@ -152,11 +152,11 @@ def draw_candidates(
     rest once settled)."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
-    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw) else None
+    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=True) else None
 
     def call() -> Reply:
         if streamed is not None:
-            return cast(StreamsChoices, sampler.model).stream_choices(messages, streamed, **kwargs)
+            return cast(StreamsChoices, sampler.model).stream_choices(messages, streamed, drawer.not_needed, **kwargs)
         if drawer.direct:
             return cast(RepliesDirectly, sampler.model).reply(messages, **kwargs)
         return reply_of(sampler.model.generate([messages], **kwargs))
@@ -188,7 +188,8 @@ def draw_singles(
 ) -> list[Candidate]:
     """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
     `on_drawn` is called with each one's record as it lands. Once the drawer's settling is settled, the requests
-    not yet sent are not sent (their candidates are missing from the result)."""
+    not yet sent are not sent and the streamed ones are closed (`Drawer.streams_choices`; their candidates are
+    missing from the result)."""
 
     def one(single: Draw) -> list[Candidate]:
         if drawer.not_needed():
@@ -210,11 +211,12 @@ async def adraw_candidates(
     """Async `draw_candidates`."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
-    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw) else None
+    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=False) else None
 
     async def call() -> Reply:
         if streamed is not None:
-            return await cast(StreamsChoices, sampler.model).astream_choices(messages, streamed, **kwargs)
+            model = cast(StreamsChoices, sampler.model)
+            return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
         if drawer.direct:
             return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
         return reply_of(await sampler.model.agenerate([messages], **kwargs))

@@ -277,24 +277,28 @@ class OpenAIClientChatModel(ClientChatModel):
     ) -> dict[str, Any]:
         return {**self._body(messages, stop, kwargs), "stream": True, "stream_options": {"include_usage": True}}
 
-    def stream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply:
-        """The request's choices streamed, each told to `on_choice` as it finishes; the stream is closed once
-        `on_choice` says the rest are not needed (`StreamsChoices`)."""
+    def stream_choices(
+        self, messages: list[BaseMessage], on_choice: OnChoice, stop: Callable[[], bool], **kwargs: Any
+    ) -> Reply:
+        """The request's choices streamed, each told to `on_choice` as it finishes; the stream is closed at the
+        first event after which `stop` says the rest are not needed (`StreamsChoices`)."""
         if self.is_async:
             raise TypeError("this model wraps an async client: call it with astream_choices")
         body = self._stream_body(messages, None, kwargs)
-        choices = _StreamedChoices(body.get("n") or 1, on_choice)
+        choices = _StreamedChoices(body.get("n") or 1, on_choice, stop)
         with self.create(**body) as events:
             for event in events:
                 if choices.take(event):
                     break  # leaving the block closes the connection: the upstream stops generating
         return choices.reply()
 
-    async def astream_choices(self, messages: list[BaseMessage], on_choice: OnChoice, **kwargs: Any) -> Reply:
+    async def astream_choices(
+        self, messages: list[BaseMessage], on_choice: OnChoice, stop: Callable[[], bool], **kwargs: Any
+    ) -> Reply:
         if not self.is_async:
-            return await run_in_executor(None, self.stream_choices, messages, on_choice, **kwargs)
+            return await run_in_executor(None, self.stream_choices, messages, on_choice, stop, **kwargs)
         body = self._stream_body(messages, None, kwargs)
-        choices = _StreamedChoices(body.get("n") or 1, on_choice)
+        choices = _StreamedChoices(body.get("n") or 1, on_choice, stop)
         async with await self.create(**body) as events:
             async for event in events:
                 if choices.take(event):
@@ -351,11 +355,11 @@ class OpenAIClientChatModel(ClientChatModel):
 
 
 class _StreamedChoices:
-    """The choices of one streamed request with `n`, put together from their deltas; each is told to `on_choice`
-    as it finishes."""
+    """The choices of one streamed request, put together from their deltas; each is told to `on_choice` as it
+    finishes, and `stop` is asked after every event whether the choices still generating are needed."""
 
-    def __init__(self, n: int, on_choice: OnChoice) -> None:
-        self.n, self.on_choice = n, on_choice
+    def __init__(self, n: int, on_choice: OnChoice, stop: Callable[[], bool]) -> None:
+        self.n, self.on_choice, self.stop = n, on_choice, stop
         self.texts: dict[int, list[str]] = {}
         self.calls: dict[int, list[ToolCallChunk]] = {}
         self.finished: list[ReplyChoice] = []
@@ -376,10 +380,10 @@ class _StreamedChoices:
             calls = [dict(call) for call in sum(pieces, AIMessageChunk(content="")).tool_calls]
             text = "".join(self.texts.pop(choice.index))
             self.finished.append(ReplyChoice(text, calls, event.model, choice.finish_reason))
-            if self.on_choice(self.finished[-1]) and len(self.finished) < self.n:
-                self.closed = True
-                return True
-        return False
+            self.on_choice(self.finished[-1])
+        # once every choice has finished, the stream is read to its end for the usage it closes with
+        self.closed = len(self.finished) < self.n and self.stop()
+        return self.closed
 
     def reply(self) -> Reply:
         """The finished choices; a closed stream reports no usage (the upstream sends it only at the end)."""

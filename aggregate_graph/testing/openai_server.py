@@ -87,7 +87,8 @@ class OpenAITestServer:
         sleep hang_s before answering.
     latency_s: seconds before each answer, or a function of (body, request number) giving them (a heavy-tailed
         upstream); a client that closes the connection meanwhile is counted in `aborted`, and nothing is served.
-    token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks.
+    token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks,
+        or a function of the request's body giving it (an upstream whose requests generate at their own pace).
     token_details: added to every chat completion's usage, as OpenAI reports them, e.g.
         `{"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}`.
     apis: the APIs served — "chat" (`/v1/chat/completions`) and "responses" (`/v1/responses`); a left-out one
@@ -113,7 +114,7 @@ class OpenAITestServer:
         finish_reason: str = "stop",
         failure_message: str = "injected failure",
         failure_code: str | None = None,
-        token_latency_s: float = 0.0,
+        token_latency_s: float | Callable[[dict[str, Any]], float] = 0.0,
         apis: Sequence[API] = ("chat", "responses"),
         token_details: dict[str, dict[str, int]] | None = None,
     ) -> None:
@@ -161,6 +162,10 @@ class OpenAITestServer:
                 number = len(self.requests) - 1
             return float(self.latency_s(body, number))
         return self.latency_s
+
+    def _pace(self, body: dict[str, Any]) -> float:
+        """Seconds between a streamed reply's chunks."""
+        return float(self.token_latency_s(body)) if callable(self.token_latency_s) else self.token_latency_s
 
     @staticmethod
     async def _client_left_during(request: Request, seconds: float) -> bool:
@@ -258,7 +263,7 @@ class OpenAITestServer:
                 self.prompt_tokens_billed += prompt_tokens
             if body.get("stream"):  # its tokens are counted as they are sent
                 usage = (body.get("stream_options") or {}).get("include_usage", False)
-                events = self._stream(body.get("model") or self.model, replies, prompt_tokens, usage)
+                events = self._stream(body.get("model") or self.model, replies, prompt_tokens, usage, self._pace(body))
                 return StreamingResponse(events, media_type="text/event-stream")
             with self._lock:
                 self.completion_tokens_served += completion_tokens
@@ -290,20 +295,21 @@ class OpenAITestServer:
         response = response_json(body, body.get("model") or self.model, output, usage, cut_off=cut_off)
         if not body.get("stream"):
             return JSONResponse(response)
-        return StreamingResponse(self._response_events(response), media_type="text/event-stream")
+        return StreamingResponse(self._response_events(response, self._pace(body)), media_type="text/event-stream")
 
-    async def _response_events(self, response: dict[str, Any]) -> AsyncIterator[str]:
+    @staticmethod
+    async def _response_events(response: dict[str, Any], pace: float) -> AsyncIterator[str]:
         """The response's standard events as OpenAI sends them (`event:` and `data:` lines, no [DONE])."""
         for event in stream_events(response):
-            if event["type"] == "response.output_text.delta" and self.token_latency_s:
-                await asyncio.sleep(self.token_latency_s)
+            if event["type"] == "response.output_text.delta" and pace:
+                await asyncio.sleep(pace)
             yield f"event: {event['type']}\n{sse(event)}"
 
     async def _stream(
-        self, model: str, replies: list[Reply], prompt_tokens: int, include_usage: bool
+        self, model: str, replies: list[Reply], prompt_tokens: int, include_usage: bool, pace: float
     ) -> AsyncIterator[str]:
         """The replies as server-sent events: each choice a word per chunk, the choices in turn, a round of words
-        `token_latency_s` apart, so that a shorter choice finishes first. The tokens sent are counted in
+        `pace` seconds apart, so that a shorter choice finishes first. The tokens sent are counted in
         `completion_tokens_served`; a client that closes the stream before its end is counted in `aborted`."""
         envelope = {**completion_envelope(model), "object": "chat.completion.chunk"}
 
@@ -320,8 +326,8 @@ class OpenAITestServer:
             for index in range(len(replies)):
                 yield chunk(index, {"role": "assistant", "content": ""})
             for round_no in range(max(map(len, words)) + 1):
-                if round_no and self.token_latency_s:
-                    await asyncio.sleep(self.token_latency_s)
+                if round_no and pace:
+                    await asyncio.sleep(pace)
                 for index, reply in enumerate(replies):
                     if round_no < len(words[index]):
                         served(count_tokens(words[index][round_no]))
