@@ -100,7 +100,7 @@ class _Nodes:
         self.answer_type, self.policy, self.adaptive = options.answer_type, options.policy, options.adaptive
         self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
-        self.stream_n = options.stream_n
+        self.stream_candidates = options.stream_candidates
         self._settlings = Settlings(self.n, self._is_settled)  # each wave's, until its run aggregates
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
@@ -247,7 +247,7 @@ class _Nodes:
         return {"candidates": candidates, "cancelled": [i for i in draw.indices if i not in landed]}
 
     def _drawer(self, draw: Draw, config: RunnableConfig, settling: Settling | None) -> Drawer:
-        return Drawer(self.pool[draw.sampler_index], config, settling, stream_n=self.stream_n)
+        return Drawer(self.pool[draw.sampler_index], config, settling, stream_candidates=self.stream_candidates)
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)

@@ -59,13 +59,16 @@ class AggregationOptions(BaseModel):
         settle: decide as soon as the candidates still out can no longer change the decision, and cancel them
             (`Aggregator.settled`): the same answer as waiting for all under majority, weighted and structured
             votes, at about the latency of the fastest majority instead of the slowest candidate. Async runs
-            cancel requests in flight; a blocking run through an `openai` client (`wrap_openai(OpenAI())`)
-            streams its single requests and closes those still out; other blocking runs skip only the requests
-            not yet sent.
-        stream_n: with `settle`, stream a request for several candidates (`n`) through an `openai` client
-            (`wrap_openai`, the proxy) and close it once the vote is settled, so that the choices still out stop
-            generating. Off by default: a closed stream reports no usage (the upstream sends it at the end);
-            `sample_set.metadata["usage_unreported"]` names the candidates whose request reported none.
+            cancel requests in flight; blocking runs skip the requests not yet sent and, with
+            `stream_candidates`, close those in flight.
+        stream_candidates: with `settle`, stream candidate requests through an `openai` client (`wrap_openai`,
+            the proxy) and close those still out once the vote is settled, so that they stop generating: a
+            request with `n`, and a blocking run's single requests (which it cannot cancel otherwise; an async
+            run cancels them unstreamed). Off by default: a closed `n` request reports no usage (the upstream
+            sends it at the end; `sample_set.metadata["usage_unreported"]` names the candidates whose request
+            reported none), the client's read timeout bounds the wait between chunks rather than the whole
+            request, parsing a stream costs the client more CPU than one reply, and some upstreams refuse to
+            stream some models.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)
@@ -82,7 +85,7 @@ class AggregationOptions(BaseModel):
     fallback: Runnable | None = DEFAULT_FALLBACK
     answer_type: Any = "auto"
     settle: bool = True
-    stream_n: bool = False
+    stream_candidates: bool = False
 
     @field_validator("n", mode="before")
     @classmethod

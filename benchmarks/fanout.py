@@ -9,7 +9,10 @@
    Each row gives the two sides' median wall times, the median of 25 rounds' paired ratios with their
    interquartile range, then the median ratio of the client process's CPU time.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
-3. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
+3. The package's own time per call: a `wrap_openai` call ÷ a gather of the same bare calls, both through an
+   `openai` client whose transport answers at once (no server, no socket), N = 1, 8 and 64: what the wrapping
+   itself costs (the LangGraph run, drawing, reading, the vote, the response), apart from the client's own.
+4. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
    mix of equivalent LaTeX forms: the first time the process sees those forms (math-verify parses each one,
    ~10-20 ms a form) and then with this package's caches cleared (math-verify's own parse cache stays warm).
@@ -28,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import NamedTuple
 
 import httpx
+import httpx2  # what the `openai` client sends with
 from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI
@@ -164,6 +168,60 @@ async def fanout_rows(
     return rows
 
 
+COMPLETION = {
+    "id": "chatcmpl-0",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "#### 56"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13},
+}
+
+
+def answering_client() -> AsyncOpenAI:
+    """An `openai` client whose transport answers every request at once with `COMPLETION`."""
+    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, json=COMPLETION))
+    return AsyncOpenAI(
+        base_url="http://answering-at-once.invalid/v1",
+        api_key="x",
+        max_retries=0,
+        http_client=httpx2.AsyncClient(transport=transport),
+    )
+
+
+async def own_cost_rows() -> list[tuple[str, str, str]]:
+    """The median time of a wrapped call and of a gather of the same bare calls, through clients answering at
+    once, and their difference: the package's own cost per call (at N=1, mostly the LangGraph run)."""
+    rows, bare, messages = [], answering_client(), [{"role": "user", "content": "What is 7 times 8?"}]
+    for n, rounds in ((1, 300), (8, 200), (64, 60)):
+        wrapped = wrap_openai(answering_client(), n=n, policy=CandidatePolicy(use_n=False), settle=False)
+        sides = {
+            "wrapped": lambda wrapped=wrapped: wrapped.chat.completions.create(model="m", messages=messages),
+            "bare": lambda n=n: asyncio.gather(
+                *(bare.chat.completions.create(model="m", messages=messages) for _ in range(n))
+            ),
+        }
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        for run in sides.values():
+            for _ in range(10):
+                await run()
+        gc.collect()
+        for _ in range(rounds):
+            for name, run in sides.items():
+                started = time.perf_counter()
+                await run()
+                times[name].append(time.perf_counter() - started)
+        wrapped_ms, bare_ms = (statistics.median(times[name]) * 1000 for name in ("wrapped", "bare"))
+        rows.append(
+            (
+                f"the package's own time per call, N={n}, the client answering at once",
+                f"{wrapped_ms - bare_ms:.2f} ms ({wrapped_ms:.2f} wrapped, {bare_ms:.2f} bare)",
+                "",
+            )
+        )
+    return rows
+
+
 def billing_rows() -> list[tuple[str, str, str]]:
     billed = {}
     for n_mode in ("honour", "ignore"):
@@ -271,6 +329,7 @@ def main() -> int:
     probes = "2: one per endpoint (ChatOpenAI's and the wrapped client's)"
     rows.append(("requests with n > 1 sent to that server (probes)", str(n_requests), probes))
     rows += steal_row(ticks)
+    rows += asyncio.run(own_cost_rows())
     rows += billing_rows() + vote_rows()
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  {'value':<50}  target")

@@ -11,8 +11,9 @@ latencies, so their answers can be compared. Replies are read by the pool's own 
 `answer_type` is a function of the text).
 
 Each configuration asks the questions one after another through `wrap_openai(AsyncOpenAI(...), n=…)` (and one
-blocking `OpenAI` row), settle on and off; the single call is the bare `AsyncOpenAI` client. The blocking client
-streams its requests when settling (it closes those still out; it cannot cancel them): a streamed request's first
+blocking `OpenAI` client, by default and with `stream_candidates`), settle on and off; the single call is the bare
+`AsyncOpenAI` client. A blocking client cannot cancel a request in flight: by default it waits for those, and with
+`stream_candidates` it streams each request and closes those still out once settled. A streamed request's first
 word comes after a fifth of its latency and the rest of its words are paced over the other four fifths, so that
 it ends when the same request unstreamed would. Printed: the median
 and p90 latency ÷ the single call's, the completion tokens the upstream generated ÷ (n × a single call's) over
@@ -197,10 +198,11 @@ def main() -> int:
 
         return lambda base_url, stats: asyncio.run(go(base_url, stats))
 
-    def blocking(n: int, settle: bool) -> Callable[[str, Stats], dict[str, Any]]:
+    def blocking(n: int, stream: bool) -> Callable[[str, Stats], dict[str, Any]]:
         def go(base_url: str, stats: Stats) -> dict[str, Any]:
             client = OpenAI(base_url=base_url, api_key="x", max_retries=0)
-            create = wrap_openai(client, n=n, settle=settle, answer_type=executed.get).chat.completions.create
+            options = {"n": n, "stream_candidates": stream, "answer_type": executed.get}
+            create = wrap_openai(client, **options).chat.completions.create
             calls, tokens = [], {}
             for question in questions:
                 before = stats()["completion_tokens_served"]
@@ -216,7 +218,8 @@ def main() -> int:
     for n in (5, 9):
         run(f"n={n} wait for all", n, asynchronous(n, False))
         run(f"n={n} settle", n, asynchronous(n, True))
-    run("n=5 settle, blocking client", 5, blocking(5, True))
+    run("n=5 settle, blocking client", 5, blocking(5, False))
+    run("n=5 settle, blocking, streamed", 5, blocking(5, True))
     single = rows.pop("single call")
     rows.pop("warm-up")
     base_median, base_p90 = statistics.median(single["latency"]), quantile(single["latency"], 0.9)
@@ -282,7 +285,7 @@ def streamed_n(sets: list[Any], executed: dict[str, str | None]) -> None:
 
     async def go(label: str, n: int, settle: bool, base_url: str, stats: Stats) -> None:
         client = AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
-        wrapped = wrap_openai(client, n=n, settle=settle, stream_n=True, answer_type=executed.get)
+        wrapped = wrap_openai(client, n=n, settle=settle, stream_candidates=True, answer_type=executed.get)
         create = client.chat.completions.create if n == 1 else wrapped.chat.completions.create
         row: dict[str, list[Any]] = {"latency": [], "answers": [], "tokens": []}
         for question in texts:

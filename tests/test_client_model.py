@@ -18,13 +18,14 @@ from langchain_core.messages import HumanMessage
 from langchain_core.rate_limiters import InMemoryRateLimiter
 from langchain_core.tracers.context import collect_runs, tracing_v2_enabled
 from openai import AsyncOpenAI, OpenAI
+from openai.types.chat import ChatCompletionChunk
 
 from aggregate_graph import CandidatePolicy, build_aggregate_graph
 from aggregate_graph.drawing.course import Draw
 from aggregate_graph.drawing.replies import reply_of
 from aggregate_graph.drawing.sampling import Drawer, adraw_candidates, draw_candidates, replies_directly
 from aggregate_graph.drawing.settings import Sampler
-from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
+from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel, _StreamedChoices
 from aggregate_graph.testing.openai_server import tool_calls_reply
 
 PROMPT = [HumanMessage("What is 6 times 7?")]
@@ -95,6 +96,41 @@ def test_content_parts_and_non_object_arguments_read_alike_on_both_paths(serve) 
     direct, full = model.reply(PROMPT), reply_of(model.generate([PROMPT]))
     assert _without_call_ids(direct) == _without_call_ids(full)
     assert [call["name"] for call in direct.choices[0].tool_calls] == ["add"]  # a list is no arguments object
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        tool_calls_reply(("multiply", {"a": 6, "b": 7}), ("add", "{not json"), content="Let me see."),
+        tool_calls_reply(("multiply", "[6, 7]"), ("add", {"a": 1, "b": 2})),
+        "The answer is 42.",
+    ],
+    ids=["calls and an invalid one", "non-object arguments", "text"],
+)
+def test_a_streamed_reply_reads_as_the_same_reply_unstreamed(serve, reply: Any) -> None:
+    # settling streams candidate requests (stream_candidates): what they read must not depend on it
+    model = _model(serve([reply], n_mode="honour"), is_async=False)
+    for n in (1, 2):
+        landed: list[Any] = []
+        streamed = model.stream_choices(PROMPT, landed.append, lambda: False, n=n)
+        assert _without_call_ids(streamed) == _without_call_ids(model.reply(PROMPT, n=n))
+        assert landed == streamed.choices and not streamed.closed
+
+
+def test_a_stream_that_ends_unfinished_keeps_its_text_and_one_closed_drops_it() -> None:
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> ChatCompletionChunk:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return ChatCompletionChunk.model_validate(
+            {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [choice]}
+        )
+
+    events = [chunk({"role": "assistant", "content": "The answer"}), chunk({"content": " is 42."})]
+    for stop, kept in ((False, ["The answer is 42."]), (True, [])):
+        choices = _StreamedChoices(1, lambda choice: None, lambda stop=stop: stop)
+        closed = [choices.take(event) for event in events]
+        reply = choices.reply()
+        assert [c.text for c in reply.choices] == kept and reply.closed is stop and closed[0] is stop
+        assert all(c.finish_reason is None for c in reply.choices)
 
 
 async def test_unobserved_candidates_skip_langchain_and_match_the_full_path(serve, full_path_calls) -> None:

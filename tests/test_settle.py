@@ -8,6 +8,7 @@ import random
 import time
 from typing import Any
 
+import pytest
 from langchain_core.language_models import FakeListChatModel
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
@@ -241,7 +242,9 @@ def _short_and_long(body: dict[str, Any], number: int) -> str:
 def test_a_streamed_n_request_is_closed_once_the_vote_is_settled():
     with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
         for client in (OpenAI, AsyncOpenAI):
-            wrapped = wrap_openai(client(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, stream_n=True)
+            wrapped = wrap_openai(
+                client(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, stream_candidates=True
+            )
             create = wrapped.chat.completions.create
             messages = [{"role": "user", "content": QUESTION}]
             started = time.perf_counter()
@@ -269,7 +272,7 @@ def test_a_streamed_n_request_settles_to_the_answer_waiting_for_all_gives():
     with OpenAITestServer(_short_and_long, token_latency_s=0.001) as upstream:
         messages, answers = [{"role": "user", "content": QUESTION}], []
         for settle in (True, False):
-            options = {"n": 5, "settle": settle, "stream_n": True}
+            options = {"n": 5, "settle": settle, "stream_candidates": True}
             client = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
             answers += sample_sets_from(client.chat.completions.create(model="m", messages=messages))
         assert answers[0].aggregation.answer == answers[1].aggregation.answer == "42"
@@ -277,7 +280,7 @@ def test_a_streamed_n_request_settles_to_the_answer_waiting_for_all_gives():
         assert upstream.requests[-1].get("stream") is None  # settle off: the n request is not streamed
 
 
-def test_without_stream_n_a_request_with_n_is_answered_whole():
+def test_without_stream_candidates_a_request_with_n_is_answered_whole():
     with OpenAITestServer(_short_and_long) as upstream:
         client = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
         completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
@@ -288,11 +291,11 @@ def test_without_stream_n_a_request_with_n_is_answered_whole():
 
 
 def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_settled():
-    # a wrapped sync client cannot cancel a request in flight: it streams each one and closes it once settled
+    # a wrapped sync client cannot cancel a request in flight: with stream_candidates it streams each one and
+    # closes those still out once settled
     with OpenAITestServer(_short_and_long, token_latency_s=0.01, n_mode="reject") as upstream:
-        wrapped = wrap_openai(
-            OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, policy={"use_n": False}
-        )
+        options = {"n": 5, "policy": {"use_n": False}, "stream_candidates": True}
+        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
         started = time.perf_counter()
         completion = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
         elapsed = time.perf_counter() - started
@@ -311,19 +314,20 @@ def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_
     assert stats["completion_tokens_served"] < 3 * 4 + 2 * 20  # the long replies stopped early
 
 
-def test_a_blocking_client_without_settling_does_not_stream():
+@pytest.mark.parametrize("options", [{}, {"settle": False, "stream_candidates": True}], ids=["default", "no settle"])
+def test_a_blocking_client_streams_only_when_asked_to_and_settling(options: dict[str, Any]):
     with OpenAITestServer(_short_and_long, n_mode="reject") as upstream:
-        options = {"n": 5, "settle": False, "policy": {"use_n": False}}
-        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
+        client = OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
+        wrapped = wrap_openai(client, n=5, policy={"use_n": False}, **options)
         completion = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
         (sample_set,) = sample_sets_from(completion)
-        assert len(sample_set.candidates) == 5 and sample_set.metadata["cancelled"] == []
+        assert sample_set.aggregation.answer == "42" and not sample_set.failed
         assert all("stream" not in r for r in upstream.requests)
 
 
 def test_the_proxy_closes_a_streamed_n_request_once_settled():
     with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
-        with proxy_for(upstream, n=5, stream_n=True) as url:
+        with proxy_for(upstream, n=5, stream_candidates=True) as url:
             client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
             completion = client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
         (sample_set,) = sample_sets_from(completion)

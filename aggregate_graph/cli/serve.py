@@ -143,7 +143,7 @@ def proxy(args: argparse.Namespace) -> int:
             min_candidates=args.min_candidates,
             answer_type=args.answer_type,
             settle=args.settle,
-            stream_n=args.stream_n,
+            stream_candidates=args.stream_candidates,
             upstream_timeout_s=args.upstream_timeout,
             upstream_retries=args.upstream_retries,
             max_n=args.max_n,
@@ -187,7 +187,7 @@ def add_proxy(commands: Any, common: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     proxy_cmd.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True, help=SETTLE_HELP)
     proxy_cmd.add_argument(
-        "--stream-n", action="store_true",
+        "--stream-candidates", action="store_true",
         help="with --settle, stream an upstream request with n and close it once the vote is settled (its usage is "
         "then not reported)",
     )  # fmt: skip

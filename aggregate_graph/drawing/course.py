@@ -182,6 +182,8 @@ def course(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> Course[list
         return done
     if k > 1:
         learn(sampler.endpoint, "ignored" if missing else "honoured")
+    if missing and k == 1:  # a reply without a choice: asking again would loop
+        return failed(draw, sampler, ValueError("the response has no choices"), time.perf_counter() - started)
     if missing:  # a server that ignored `n`: the rest one by one, within the deadline
         if (left := remaining(policy, started)) is None:
             return done + failed(subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
@@ -200,6 +202,8 @@ def _after_failed_n(
     if action == "singles":
         return (yield Subdraw(draw, left, singles=True))
     probe = yield Subdraw(subdraw(draw, draw.indices[:1]), left, singles=False)
+    if not probe:  # closed once the vote settled: the rest are not needed either
+        return probe
     rest, verdict = subdraw(draw, draw.indices[1:]), n_was_refused(probe[0], exc)
     if verdict is True:
         learn(sampler.endpoint, "refused")

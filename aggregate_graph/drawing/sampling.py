@@ -88,7 +88,7 @@ class Drawer:
     sampler: Sampler
     config: RunnableConfig | None = None
     settling: Settling | None = None
-    stream_n: bool = False  # a request with `n` is streamed, so that settling can close it (`streams_choices`)
+    stream_candidates: bool = False  # its requests are streamed, so that settling can close them (`streams_choices`)
     direct: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -107,21 +107,28 @@ class Drawer:
 
     def streams_choices(self, draw: Draw, blocking: bool) -> bool:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
-        (`StreamsChoices`: the client's own `create`, nothing observing the call): a request with `n` where
-        `stream_n` asks for it, and a blocking run's single request, which a settled vote could not interrupt
-        otherwise (an async run cancels its task)."""
-        if self.settling is None or not (self.direct and isinstance(self.sampler.model, StreamsChoices)):
+        (`stream_candidates`; `StreamsChoices`: the client's own `create`, nothing observing the call): a request
+        with `n`, and a blocking run's single request, which a settled vote could not interrupt otherwise (an async
+        run cancels its task)."""
+        if not self.stream_candidates or self.settling is None:
             return False
-        return self.stream_n if len(draw.indices) > 1 else blocking
+        streams = self.direct and isinstance(self.sampler.model, StreamsChoices)
+        return streams and (len(draw.indices) > 1 or blocking)
 
 
 def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
-    """Reports each choice of a streamed request as it finishes, as the candidate at the next of the draw's
-    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished)."""
+    """Reports each choice of a streamed request with `n` as it finishes, as the candidate at the next of the draw's
+    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished). A single
+    request's one choice is not reported early: it lands when its stream ends, a chunk later, and a retry's
+    choice would have no index left."""
     started, indices = time.perf_counter(), iter(draw.indices)
+    if len(draw.indices) == 1:
+        return lambda choice: None
 
     def on_choice(choice: ReplyChoice) -> None:
-        single = subdraw(draw, (next(indices),))
+        if (index := next(indices, None)) is None:  # an attempt given up on that still streams: not this draw's
+            return
+        single = subdraw(draw, (index,))
         report(candidates_of(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
 
     return on_choice

@@ -4,8 +4,9 @@ decision (`Aggregator.settled`), and the requests still out are cancelled.
 The draws of one wave — one task per sampler, or one per candidate under a checkpointer — share one `Settling`,
 which sees every candidate as it lands. Once the decision is settled, async requests in flight are cancelled (their
 HTTP connections close, so the upstream stops generating) and requests not yet sent are never sent. A blocking
-(sync) draw cannot cancel a request in flight: through an `openai` client it streams each single request and closes
-it at its next event (`StreamsChoices`); otherwise it waits for those in flight and skips the ones not yet sent.
+(sync) draw cannot cancel a request in flight: it waits for those and skips the ones not yet sent, or, with
+`stream_candidates`, streams each request through an `openai` client and closes it at its next event
+(`StreamsChoices`).
 """
 
 from __future__ import annotations

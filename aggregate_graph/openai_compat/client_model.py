@@ -355,36 +355,58 @@ class OpenAIClientChatModel(ClientChatModel):
 
 
 class _StreamedChoices:
-    """The choices of one streamed request, put together from their deltas; each is told to `on_choice` as it
-    finishes, and `stop` is asked after every event whether the choices still generating are needed."""
+    """The choices of one streamed request, put together from their deltas and read as an unstreamed reply's are
+    (`_text`, `read_tool_calls`); each is told to `on_choice` as it finishes, and `stop` is asked after every event
+    whether the choices still generating are needed."""
 
     def __init__(self, n: int, on_choice: OnChoice, stop: Callable[[], bool]) -> None:
         self.n, self.on_choice, self.stop = n, on_choice, stop
         self.texts: dict[int, list[str]] = {}
-        self.calls: dict[int, list[ToolCallChunk]] = {}
+        self.calls: dict[int, dict[int, dict[str, Any]]] = {}  # choice → tool call index → its pieces so far
         self.finished: list[ReplyChoice] = []
         self.usage: Usage | None = None
+        self.model: str | None = None
         self.closed = False
 
     def take(self, event: Any) -> bool:
         """Take one event; whether to close the stream (the choices still out are no longer needed)."""
         if event.usage is not None:
             self.usage = _usage_record(event.usage)
+        self.model = event.model
         for choice in event.choices:
-            self.texts.setdefault(choice.index, []).append(choice.delta.content or "")
-            self.calls.setdefault(choice.index, []).extend(_tool_call_chunks(choice.delta))
-            if choice.finish_reason is None:
-                continue
-            # the pieces of its tool calls joined by index, as LangChain adds up a streamed message's chunks
-            pieces = [AIMessageChunk(content="", tool_call_chunks=[piece]) for piece in self.calls.pop(choice.index)]
-            calls = [dict(call) for call in sum(pieces, AIMessageChunk(content="")).tool_calls]
-            text = "".join(self.texts.pop(choice.index))
-            self.finished.append(ReplyChoice(text, calls, event.model, choice.finish_reason))
-            self.on_choice(self.finished[-1])
+            content = choice.delta.content
+            self.texts.setdefault(choice.index, []).append(_text(content) if content else "")
+            calls = self.calls.setdefault(choice.index, {})
+            for raw in getattr(choice.delta, "tool_calls", None) or []:
+                call = calls.setdefault(raw.index, {"id": None, "type": None, "name": "", "arguments": "", "fn": False})
+                call["id"], call["type"] = call["id"] or raw.id, call["type"] or getattr(raw, "type", None)
+                if (function := getattr(raw, "function", None)) is not None:
+                    call["fn"] = True
+                    call["name"] += function.name or ""
+                    call["arguments"] += function.arguments or ""
+            if choice.finish_reason is not None:
+                self.finished.append(self._choice(choice.index, choice.finish_reason))
+                self.on_choice(self.finished[-1])
         # once every choice has finished, the stream is read to its end for the usage it closes with
         self.closed = len(self.finished) < self.n and self.stop()
         return self.closed
 
+    def _choice(self, index: int, finish_reason: str | None) -> ReplyChoice:
+        """Choice `index` as read so far: its text, and its function calls as `_tool_calls` reads a message's (a
+        custom tool's call, free-form input, left out; arguments that are not a JSON object invalid)."""
+        pieces = sorted(self.calls.pop(index, {}).items())
+        raw = [
+            {"id": call["id"], "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for _, call in pieces
+            if call["fn"] and call["type"] in (None, "function")
+        ]
+        calls = [dict(call) for call in read_tool_calls(raw)[0]]
+        return ReplyChoice("".join(self.texts.pop(index, [])), calls, self.model, finish_reason)
+
     def reply(self) -> Reply:
-        """The finished choices; a closed stream reports no usage (the upstream sends it only at the end)."""
-        return Reply(self.finished, self.usage, closed=self.closed)
+        """The finished choices; a closed stream reports no usage (the upstream sends it only at the end). A stream
+        that ended with choices unfinished (no finish reason) keeps them, as an unstreamed reply would."""
+        choices = list(self.finished)
+        if not self.closed:
+            choices += [self._choice(index, None) for index in sorted(self.texts)]
+        return Reply(choices, self.usage, closed=self.closed)

@@ -43,7 +43,7 @@ class ProxyConfig(BaseModel):
     min_candidates: int = Field(default=1, ge=1)
     answer_type: AnswerType = Field(default="auto", description="how each candidate's answer is read (`answer_types`)")
     settle: bool = Field(default=True, description="decide once the vote is settled, cancelling the candidates out")
-    stream_n: bool = Field(default=False, description="stream an upstream request with n, closed once settled")
+    stream_candidates: bool = Field(default=False, description="stream an upstream request with n, closed once settled")
     api_key: SecretStr | None = Field(default=None, description="clients must send it as a bearer token")
     upstream_timeout_s: float = Field(default=120.0, gt=0)
     upstream_retries: int = Field(default=2, ge=0)
@@ -79,7 +79,7 @@ class ProxyConfig(BaseModel):
             max_n=self.max_n,
             answer_type=self.answer_type,
             settle=self.settle,
-            stream_n=self.stream_n,
+            stream_candidates=self.stream_candidates,
         )
 
     @model_validator(mode="after")

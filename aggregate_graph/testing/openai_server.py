@@ -322,12 +322,13 @@ class OpenAITestServer:
                 self.completion_tokens_served += tokens
 
         words = [re.findall(r"\s*\S+", _text(reply)) for reply in replies]
+        started = asyncio.get_running_loop().time()
         try:
             for index in range(len(replies)):
                 yield chunk(index, {"role": "assistant", "content": ""})
             for round_no in range(max(map(len, words)) + 1):
-                if round_no and pace:
-                    await asyncio.sleep(pace)
+                if round_no and pace:  # on a schedule from the start: each sleep's overshoot does not add up
+                    await asyncio.sleep(max(0.0, started + round_no * pace - asyncio.get_running_loop().time()))
                 for index, reply in enumerate(replies):
                     if round_no < len(words[index]):
                         served(count_tokens(words[index][round_no]))
