@@ -321,10 +321,10 @@ def main() -> int:
     ticks = cpu_ticks()
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "ignore") as base_url:
         single = CandidatePolicy(use_n=False)
-        rows = asyncio.run(fanout_rows(base_url, single, "use_n=False", {8: "≤ 1.05", 64: "≤ 1.10"}))
+        rows = asyncio.run(fanout_rows(base_url, single, "use_n=False", {8: "≤ 1.05", 64: "≤ 1.05"}))
     with server_process("--reply", "#### 56", "--latency", str(LATENCY_S), "--n-mode", "reject") as base_url:
         refusing = "server refusing n, default policy, after the first call"
-        rows += asyncio.run(fanout_rows(base_url, None, refusing, {8: "≤ 1.10", 64: "≤ 1.10"}))
+        rows += asyncio.run(fanout_rows(base_url, None, refusing, {8: "≤ 1.05", 64: "≤ 1.05"}))
         n_requests = stats(base_url)["n_requests"]
     probes = "2: one per endpoint (ChatOpenAI's and the wrapped client's)"
     rows.append(("requests with n > 1 sent to that server (probes)", str(n_requests), probes))
