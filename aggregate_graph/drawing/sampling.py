@@ -109,7 +109,7 @@ class Drawer:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
         (`stream_candidates`; `StreamsChoices`: the client's own `create`, nothing observing the call): a request
         with `n`, and a blocking run's single request, which a settled vote could not interrupt otherwise (an async
-        run cancels its task)."""
+        run over an async client cancels its task)."""
         if not self.stream_candidates or self.settling is None:
             return False
         streams = self.direct and isinstance(self.sampler.model, StreamsChoices)
