@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models import FakeListChatModel
+from langchain_core.messages import HumanMessage
 from langchain_openai import ChatOpenAI
 from langgraph.checkpoint.memory import InMemorySaver
 from openai import AsyncOpenAI, OpenAI
@@ -26,8 +27,12 @@ from aggregate_graph.aggregators.choice import SSAChoiceAggregator
 from aggregate_graph.aggregators.majority import MajorityVote
 from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.aggregators.weighted import WeightedVote
+from aggregate_graph.drawing.course import Draw
+from aggregate_graph.drawing.sampling import Drawer, draw_candidates
+from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.drawing.settling import Settling
 from aggregate_graph.graph import _Nodes
+from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
 from aggregate_graph.testing.openai_server import OpenAITestServer
@@ -323,6 +328,43 @@ def test_a_blocking_client_streams_only_when_asked_to_and_settling(options: dict
         (sample_set,) = sample_sets_from(completion)
         assert sample_set.aggregation.answer == "42" and not sample_set.failed
         assert all("stream" not in r for r in upstream.requests)
+
+
+def _streaming_drawer(upstream: OpenAITestServer, endpoint: str) -> tuple[OpenAIClientChatModel, Drawer, Settling]:
+    """A blocking drawer that streams through a sync client, with a settling that the test settles itself."""
+    client = OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
+    model = OpenAIClientChatModel(create=client.chat.completions.create, model="m", cache=False, endpoint=endpoint)
+    settling = Settling(5, lambda landed, outstanding: False)
+    return model, Drawer(Sampler(model), None, settling, stream_candidates=True), settling
+
+
+def test_a_probe_closed_once_settled_ends_its_draw():
+    # an n request refused (400) is followed by one streamed single: settled meanwhile (by another sampler's
+    # candidates), it is closed, and the draw ends with none rather than failing
+    with OpenAITestServer(["The answer is 42."], n_mode="reject", token_latency_s=0.01) as upstream:
+        model, drawer, settling = _streaming_drawer(upstream, "probe-closed")
+        create = model.create
+
+        def settling_create(**body: Any) -> Any:
+            if body.get("n"):
+                settling.settled = True
+            return create(**body)
+
+        object.__setattr__(model, "create", settling_create)
+        drawn = draw_candidates(Draw(0, (0, 1, 2), (HumanMessage(QUESTION),)), CandidatePolicy(), drawer)
+        assert drawn == [] and [(r.get("n"), r.get("stream")) for r in upstream.requests] == [(3, True), (None, True)]
+
+
+def test_a_streamed_single_retried_after_a_timeout_keeps_its_candidate():
+    # the first attempt times out and keeps streaming in its thread; the retry's candidate is the draw's
+    latencies = [1.3, 0.6]
+    with OpenAITestServer(["The answer is 42."], latency_s=lambda body, k: latencies[k % 2]) as upstream:
+        _, drawer, _ = _streaming_drawer(upstream, "retried")
+        policy = CandidatePolicy(timeout_s=1.0, max_attempts=2, backoff_initial_s=0, backoff_max_s=0, use_n=False)
+        landed: list[Candidate] = []
+        drawn = draw_candidates(Draw(0, (0,), (HumanMessage(QUESTION),)), policy, drawer, landed.extend)
+    assert [(c.index, c.text, c.error) for c in drawn] == [(0, "The answer is 42.", None)]
+    assert landed == drawn
 
 
 def test_the_proxy_closes_a_streamed_n_request_once_settled():
