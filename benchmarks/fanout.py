@@ -99,21 +99,24 @@ class Timings(NamedTuple):
     cpu: list[float]
 
 
-async def _interleaved(runs: dict[str, Callable[[], Awaitable[object]]]) -> dict[str, Timings]:
-    """Each side's timings over REPEATS rounds; the sides alternate within a round, so drift in machine load hits
-    them alike and each round's ratios compare runs made within a second or two of each other."""
+async def _interleaved(
+    runs: dict[str, Callable[[], Awaitable[object]]], rounds: int = REPEATS, rest_s: float = SETTLE_S
+) -> dict[str, Timings]:
+    """Each side's timings over `rounds` rounds; the sides alternate within a round, so drift in machine load hits
+    them alike and each round's ratios compare runs made within a second or two of each other. `rest_s`: the
+    pause before each run (none is needed where no server answers)."""
     timings = {name: Timings([], []) for name in runs}
     for run in runs.values():
         await run()  # warm-up: connections, imports, caches
     # Move everything alive after warm-up out of the collector's reach, as long-running services do: otherwise
     # a full collection over the imported libraries (~140 ms here) lands at random inside one side's timing.
     gc.freeze()
-    for _ in range(REPEATS):
+    for _ in range(rounds):
         for name, run in runs.items():
             # Start each run with the server idle and the connections rested: reusing a connection within
             # ~50 ms of its last response costs ~35 ms here (the test server's tail), a cost that would fall
             # on whichever side happens to follow another on the same connections.
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(rest_s)
             # Each run collects only its own garbage: otherwise the collections the previous run's allocations
             # bring on (a full one costs tens of ms here) land in whichever run allocates next.
             gc.collect()
@@ -195,23 +198,17 @@ async def own_cost_rows() -> list[tuple[str, str, str]]:
     rows, bare, messages = [], answering_client(), [{"role": "user", "content": "What is 7 times 8?"}]
     for n, rounds in ((1, 300), (8, 200), (64, 60)):
         wrapped = wrap_openai(answering_client(), n=n, policy=CandidatePolicy(use_n=False), settle=False)
-        sides = {
-            "wrapped": lambda wrapped=wrapped: wrapped.chat.completions.create(model="m", messages=messages),
-            "bare": lambda n=n: asyncio.gather(
-                *(bare.chat.completions.create(model="m", messages=messages) for _ in range(n))
-            ),
-        }
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for run in sides.values():
-            for _ in range(10):
-                await run()
-        gc.collect()
-        for _ in range(rounds):
-            for name, run in sides.items():
-                started = time.perf_counter()
-                await run()
-                times[name].append(time.perf_counter() - started)
-        wrapped_ms, bare_ms = (statistics.median(times[name]) * 1000 for name in ("wrapped", "bare"))
+        t = await _interleaved(
+            {
+                "wrapped": lambda wrapped=wrapped: wrapped.chat.completions.create(model="m", messages=messages),
+                "bare": lambda n=n: asyncio.gather(
+                    *(bare.chat.completions.create(model="m", messages=messages) for _ in range(n))
+                ),
+            },
+            rounds,
+            rest_s=0.0,
+        )
+        wrapped_ms, bare_ms = (statistics.median(t[name].wall) * 1000 for name in ("wrapped", "bare"))
         rows.append(
             (
                 f"the package's own time per call, N={n}, the client answering at once",

@@ -72,6 +72,13 @@ def _completion_tokens(reply: Reply) -> int:
     return count_tokens(_text(reply)) + sum(count_tokens(c["function"]["arguments"]) for c in _tool_calls(reply))
 
 
+async def _paced(started: float, step: int, pace: float) -> None:
+    """Waits until `step` paces after `started` (the event loop's clock): on a schedule, so that each pause's
+    overshoot does not add up over a long stream."""
+    if step and pace:
+        await asyncio.sleep(max(0.0, started + step * pace - asyncio.get_running_loop().time()))
+
+
 class OpenAITestServer:
     """A real HTTP server in a background thread. Use as a context manager; `base_url` ends in `/v1`.
 
@@ -300,9 +307,11 @@ class OpenAITestServer:
     @staticmethod
     async def _response_events(response: dict[str, Any], pace: float) -> AsyncIterator[str]:
         """The response's standard events as OpenAI sends them (`event:` and `data:` lines, no [DONE])."""
+        started, delta = asyncio.get_running_loop().time(), 0
         for event in stream_events(response):
-            if event["type"] == "response.output_text.delta" and pace:
-                await asyncio.sleep(pace)
+            if event["type"] == "response.output_text.delta":
+                delta += 1
+                await _paced(started, delta, pace)
             yield f"event: {event['type']}\n{sse(event)}"
 
     async def _stream(
@@ -327,8 +336,7 @@ class OpenAITestServer:
             for index in range(len(replies)):
                 yield chunk(index, {"role": "assistant", "content": ""})
             for round_no in range(max(map(len, words)) + 1):
-                if round_no and pace:  # on a schedule from the start: each sleep's overshoot does not add up
-                    await asyncio.sleep(max(0.0, started + round_no * pace - asyncio.get_running_loop().time()))
+                await _paced(started, round_no, pace)
                 for index, reply in enumerate(replies):
                     if round_no < len(words[index]):
                         served(count_tokens(words[index][round_no]))
