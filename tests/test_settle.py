@@ -330,6 +330,32 @@ def test_a_blocking_client_streams_only_when_asked_to_and_settling(options: dict
         assert all("stream" not in r for r in upstream.requests)
 
 
+@pytest.mark.parametrize(
+    ("client", "use_n"), [(OpenAI, True), (AsyncOpenAI, True), (OpenAI, False)], ids=["n", "async n", "singles"]
+)
+def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(client: type[OpenAI | AsyncOpenAI], use_n: bool):
+    # OpenAI answers a streamed request 400 naming `stream` for a model the organisation may not stream: each
+    # refused request is asked again at once unstreamed, and the endpoint's later requests are not streamed
+    with OpenAITestServer(["The answer is 42."], refuse_stream=True) as upstream:
+        options = {"n": 3, "policy": {"use_n": use_n}, "stream_candidates": True}
+        create = wrap_openai(
+            client(base_url=upstream.base_url, api_key="x", max_retries=0), **options
+        ).chat.completions.create
+        sent = []
+        for _ in range(2):
+            completion = create(model="m", messages=[{"role": "user", "content": QUESTION}])
+            if client is AsyncOpenAI:
+                completion = asyncio.run(completion)
+            (sample_set,) = sample_sets_from(completion)
+            assert sample_set.aggregation.answer == "42" and not sample_set.failed
+            assert sum(c.ok for c in sample_set.candidates) >= 2  # settled once two agree: the third may be cancelled
+            sent.append([bool(r.get("stream")) for r in upstream.requests])
+            upstream.requests.clear()
+    first, second = sent
+    assert first[0] is True and first[-1] is False  # refused streamed, then asked unstreamed
+    assert second and not any(second)  # remembered for the endpoint
+
+
 def _streaming_drawer(upstream: OpenAITestServer, endpoint: str) -> tuple[OpenAIClientChatModel, Drawer, Settling]:
     """A blocking drawer that streams through a sync client, with a settling that the test settles itself."""
     client = OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)

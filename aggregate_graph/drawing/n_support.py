@@ -1,9 +1,11 @@
-"""What each model endpoint does with `n`, learned once per process.
+"""What each model endpoint does with `n`, and whether it refuses streamed requests, learned once per process.
 
 Asking for n samples in one request bills the prompt once, but servers differ: some return n choices
 (honoured), some return one whatever n is (ignored), some answer 400 (refused). Probing on every call costs a
 wasted request and its latency each time, so the first answer is remembered per endpoint — the server's URL
-and the model — for the life of the process; `forget()` clears it (e.g. after a server is upgraded).
+and the model — for the life of the process; `forget()` clears it (e.g. after a server is upgraded). So is an
+endpoint's refusal to stream (`stream_candidates`): OpenAI answers a streamed request 400, naming `stream`, for a
+model the organisation may not stream.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from aggregate_graph.sample_set import Candidate
 NMode = Literal["honoured", "ignored", "refused"]
 
 _modes: dict[tuple[str, str, str], NMode] = {}
+_refuses_stream: set[tuple[str, str, str]] = set()
 _lock = threading.Lock()
 
 
@@ -44,6 +47,23 @@ def learn(key: tuple[str, str, str], mode: NMode) -> None:
 def forget() -> None:
     with _lock:
         _modes.clear()
+        _refuses_stream.clear()
+
+
+def is_stream_refusal(exc: BaseException) -> bool:
+    """A 400 whose error names the `stream` parameter: the endpoint will not stream this request's model (OpenAI,
+    for organisations not verified to stream it), though it answers the same request unstreamed."""
+    return getattr(exc, "status_code", None) == 400 and getattr(exc, "param", None) == "stream"
+
+
+def learn_stream_refused(key: tuple[str, str, str]) -> None:
+    with _lock:
+        _refuses_stream.add(key)
+
+
+def refuses_stream(key: tuple[str, str, str]) -> bool:
+    """Whether the endpoint was seen to refuse a streamed request (`is_stream_refusal`)."""
+    return key in _refuses_stream
 
 
 def after_failed_n(exc: BaseException) -> Literal["fail", "singles", "probe"]:

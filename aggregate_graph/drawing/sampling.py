@@ -35,6 +35,7 @@ from aggregate_graph.drawing.course import (
     resume,
     subdraw,
 )
+from aggregate_graph.drawing.n_support import is_stream_refusal, learn_stream_refused, refuses_stream
 from aggregate_graph.drawing.replies import OnChoice, RepliesDirectly, Reply, ReplyChoice, StreamsChoices, reply_of
 from aggregate_graph.drawing.retries import retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
@@ -109,8 +110,8 @@ class Drawer:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
         (`stream_candidates`; `StreamsChoices`: the client's own `create`, nothing observing the call): a request
         with `n`, and a blocking run's single request, which a settled vote could not interrupt otherwise (an async
-        run over an async client cancels its task)."""
-        if not self.stream_candidates or self.settling is None:
+        run over an async client cancels its task). Not where the endpoint refused to stream (`n_support`)."""
+        if not self.stream_candidates or self.settling is None or refuses_stream(self.sampler.endpoint):
             return False
         streams = self.direct and isinstance(self.sampler.model, StreamsChoices)
         return streams and (len(draw.indices) > 1 or blocking)
@@ -163,7 +164,13 @@ def draw_candidates(
 
     def call() -> Reply:
         if streamed is not None:
-            return cast(StreamsChoices, sampler.model).stream_choices(messages, streamed, drawer.not_needed, **kwargs)
+            try:
+                model = cast(StreamsChoices, sampler.model)
+                return model.stream_choices(messages, streamed, drawer.not_needed, **kwargs)
+            except Exception as exc:
+                if not is_stream_refusal(exc):
+                    raise
+                learn_stream_refused(sampler.endpoint)  # asked again at once, unstreamed, as every later request
         if drawer.direct:
             return cast(RepliesDirectly, sampler.model).reply(messages, **kwargs)
         return reply_of(sampler.model.generate([messages], **kwargs))
@@ -222,8 +229,13 @@ async def adraw_candidates(
 
     async def call() -> Reply:
         if streamed is not None:
-            model = cast(StreamsChoices, sampler.model)
-            return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
+            try:
+                model = cast(StreamsChoices, sampler.model)
+                return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
+            except Exception as exc:
+                if not is_stream_refusal(exc):
+                    raise
+                learn_stream_refused(sampler.endpoint)  # asked again at once, unstreamed, as every later request
         if drawer.direct:
             return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
         return reply_of(await sampler.model.agenerate([messages], **kwargs))
