@@ -229,6 +229,7 @@ def main() -> int:
     ssa = load_trained_aggregator(args.ssa) if args.ssa else load_aggregator("ssa")
     own_vote = ssa.weights or MajorityVote()
     ssa_rows = {}
+    labelled = fit_weighted_vote(build) if args.report else None  # a graded log of the same models
     for label, pool in pools.items():
         unsupervised = fit_weighted_vote([s.model_copy(update={"gold": None}) for s in pool], supervised=False)
         aggregators = {
@@ -236,8 +237,8 @@ def main() -> int:
             "weighted (shipped)": load_aggregator("weighted"),
             "weighted (fit without labels)": unsupervised,
         }
-        if args.report:
-            aggregators["weighted (fit with build labels)"] = fit_weighted_vote(build)
+        if labelled is not None:
+            aggregators["weighted (fit with build labels)"] = labelled
         results = {name: [right(agg, s)[0] for s in pool] for name, agg in aggregators.items()}
         print(f"\n{label}: {len(pool)} sets")
         print(f"{'aggregator':<32} {'accuracy %':>10}  gain over majority [95%]")

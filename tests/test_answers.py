@@ -1,3 +1,4 @@
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -253,6 +254,24 @@ def test_a_hanging_verify_is_cut_off(monkeypatch):
     assert time.perf_counter() - started < 1
     monkeypatch.undo()  # math-verify answers in time again: the timed-out verdict was not cached
     assert equivalent("(1,2)", "(1,2.0)")
+    answers._verify_with_timeout.cache_clear()
+
+
+def test_a_runaway_verify_is_stopped_once_given_up_on(monkeypatch):
+    # a pure-Python computation that never ends (as a sympy gcd on some forms): given up on, its thread must stop,
+    # or it holds the GIL for the rest of the process
+    def runaway(a: str, b: str) -> bool:
+        while True:
+            sum(range(1000))
+
+    monkeypatch.setattr(answers, "VERIFY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(answers, "_math_verify", runaway)
+    answers._verify_with_timeout.cache_clear()
+    before = set(threading.enumerate())
+    assert not equivalent("(1,2)", "(1,3)")
+    (worker,) = set(threading.enumerate()) - before
+    worker.join(2)
+    assert not worker.is_alive()
     answers._verify_with_timeout.cache_clear()
 
 

@@ -11,6 +11,7 @@ daemon thread that we stop waiting for after `VERIFY_TIMEOUT_S`.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import re
 import threading
@@ -355,8 +356,22 @@ class _Undecided(Exception):
     a slow moment (first grammar load, a busy CPU) must not split a class for the rest of the process."""
 
 
+class _Abandoned(BaseException):
+    """Raised inside a math-verify call that its caller stopped waiting for (`_within_timeout`). A BaseException, so
+    that sympy's own `except Exception` handlers let it through."""
+
+
+def _interrupt(worker: threading.Thread) -> None:
+    """Raise `_Abandoned` in `worker` at its next Python instruction (CPython's `PyThreadState_SetAsyncExc`). Left
+    running, a runaway symbolic computation holds the GIL for as long as it runs — a sympy gcd ran on for over 15
+    minutes here, slowing every other thread of the process by half — and nothing will read its result."""
+    if worker.ident is not None and worker.is_alive():
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_Abandoned))
+
+
 def _within_timeout(fn: Callable[[], T], default: T) -> T:
-    """`fn()` in a daemon thread; `default` if it raises; `_Undecided` if it runs past `VERIFY_TIMEOUT_S`."""
+    """`fn()` in a daemon thread; `default` if it raises; `_Undecided` if it runs past `VERIFY_TIMEOUT_S`, and then
+    the thread is stopped (`_interrupt`)."""
     result: list[T] = []
 
     def run() -> None:
@@ -365,11 +380,14 @@ def _within_timeout(fn: Callable[[], T], default: T) -> T:
         except Exception:  # unparseable or unsupported input means "not shown equal", not a crashed vote
             logger.debug("math-verify failed", exc_info=True)
             result.append(default)
+        except _Abandoned:
+            pass
 
     worker = threading.Thread(target=run, daemon=True, name="math-verify")
     worker.start()
     worker.join(VERIFY_TIMEOUT_S)
     if not result:
+        _interrupt(worker)
         logger.warning("math-verify took over %.1fs; treating the answers as different", VERIFY_TIMEOUT_S)
         raise _Undecided
     return result[0]
