@@ -11,15 +11,16 @@ latencies, so their answers can be compared. Replies are read by the pool's own 
 `answer_type` is a function of the text).
 
 Each configuration asks the questions one after another through `wrap_openai(AsyncOpenAI(...), n=…)` (and one
-blocking `OpenAI` client, by default and with `stream_candidates`), settle on and off; the single call is the bare
-`AsyncOpenAI` client. A blocking client cannot cancel a request in flight: by default it waits for those, and with
-`stream_candidates` it streams each request and closes those still out once settled. A streamed request's first
-word comes after a fifth of its latency and the rest of its words are paced over the other four fifths, so that
-it ends when the same request unstreamed would. Printed: the median
-and p90 latency ÷ the single call's, the completion tokens the upstream generated ÷ (n × a single call's) over
-all questions and over those with a clear majority (at least 4 of the 5 replies agree), requests aborted, and
-whether each question's answer is the one waiting for all gives. The rows "the rule alone" are the floor: when
-majority's settling rule settles on the drawn latencies themselves, with no client, server or network cost.
+blocking `OpenAI` client, by default and with `stream_candidates`, and a blocking `graph.invoke` over `ChatOpenAI`
+with `stream_candidates`), settle on and off; the single call is the bare `AsyncOpenAI` client. A blocking run
+cannot cancel a request in flight: by default it waits for those, and with `stream_candidates` it streams each
+request (the graph through `ChatOpenAI`'s own `stream`) and closes those still out once settled. A streamed
+request's first word comes after a fifth of its latency and the rest of its words are paced over the other four
+fifths, so that it ends when the same request unstreamed would. Printed: the median and p90 latency ÷ the single
+call's, the completion tokens the upstream generated ÷ (n × a single call's) over all questions and over those with
+a clear majority (at least 4 of the 5 replies agree), requests aborted, and whether each question's answer is the
+one waiting for all gives. The rows "the rule alone" are the floor: when majority's settling rule settles on the
+drawn latencies themselves, with no client, server or network cost.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+from langchain_openai import ChatOpenAI
 from openai import AsyncOpenAI, OpenAI
 
-from aggregate_graph import Candidate, SampleSet, wrap_openai
+from aggregate_graph import Candidate, SampleSet, build_aggregate_graph, wrap_openai
 from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.testing.openai_server import OpenAITestServer, count_tokens
@@ -198,28 +200,49 @@ def main() -> int:
 
         return lambda base_url, stats: asyncio.run(go(base_url, stats))
 
-    def blocking(n: int, stream: bool) -> Callable[[str, Stats], dict[str, Any]]:
+    def blocking(ask: Callable[[str], Callable[[str], tuple[float, str]]]) -> Callable[[str, Stats], dict[str, Any]]:
+        """The questions asked one after another by the blocking call `ask(base_url)` makes."""
+
         def go(base_url: str, stats: Stats) -> dict[str, Any]:
-            client = OpenAI(base_url=base_url, api_key="x", max_retries=0)
-            options = {"n": n, "stream_candidates": stream, "answer_type": executed.get}
-            create = wrap_openai(client, **options).chat.completions.create
+            timed = ask(base_url)
             calls, tokens = [], {}
             for question in questions:
                 before = stats()["completion_tokens_served"]
-                calls.append(timed_sync(create, question))
+                calls.append(timed(question))
                 time.sleep(0.05)
                 tokens[question] = stats()["completion_tokens_served"] - before
             return {"calls": calls, "tokens": tokens}
 
         return go
 
+    def wrapped_client(stream: bool) -> Callable[[str], Callable[[str], tuple[float, str]]]:
+        def ask(base_url: str) -> Callable[[str], tuple[float, str]]:
+            client = OpenAI(base_url=base_url, api_key="x", max_retries=0)
+            options = {"n": 5, "stream_candidates": stream, "answer_type": executed.get}
+            create = wrap_openai(client, **options).chat.completions.create
+            return lambda question: timed_sync(create, question)
+
+        return ask
+
+    def graph_over_chat_openai(base_url: str) -> Callable[[str], tuple[float, str]]:
+        model = ChatOpenAI(base_url=base_url, api_key="x", model="gpt-3.5-turbo", max_retries=0)
+        graph = build_aggregate_graph(model, n=5, stream_candidates=True, answer_type=executed.get)
+
+        def timed(question: str) -> tuple[float, str]:
+            started = time.perf_counter()
+            out = graph.invoke({"messages": [("user", question)]})
+            return time.perf_counter() - started, out["sample_set"].aggregation.text or ""
+
+        return timed
+
     run("warm-up", 5, asynchronous(5, True))
     run("single call", 1, asynchronous(1, False))
     for n in (5, 9):
         run(f"n={n} wait for all", n, asynchronous(n, False))
         run(f"n={n} settle", n, asynchronous(n, True))
-    run("n=5 settle, blocking client", 5, blocking(5, False))
-    run("n=5 settle, blocking, streamed", 5, blocking(5, True))
+    run("n=5 settle, blocking client", 5, blocking(wrapped_client(False)))
+    run("n=5 settle, blocking, streamed", 5, blocking(wrapped_client(True)))
+    run("n=5, blocking graph, streamed", 5, blocking(graph_over_chat_openai))
     single = rows.pop("single call")
     rows.pop("warm-up")
     base_median, base_p90 = statistics.median(single["latency"]), quantile(single["latency"], 0.9)

@@ -319,6 +319,29 @@ def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_
     assert stats["completion_tokens_served"] < 3 * 4 + 2 * 20  # the long replies stopped early
 
 
+def test_a_blocking_graph_streams_its_chat_models_requests_and_closes_those_still_out_once_settled():
+    # a blocking graph over ChatOpenAI cannot cancel a request in flight: with stream_candidates each single request
+    # is streamed through the model's own `stream` and closed once settled; a parent streaming messages sees none
+    with OpenAITestServer(_short_and_long, token_latency_s=0.01, n_mode="reject") as upstream:
+        graph = build_aggregate_graph(chat(upstream), n=5, policy={"use_n": False}, stream_candidates=True)
+        started = time.perf_counter()
+        events = list(graph.stream({"messages": [("user", QUESTION)]}, stream_mode=["messages", "values"]))
+        elapsed = time.perf_counter() - started
+        deadline = time.monotonic() + 5
+        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = upstream.stats()
+    sample_set = [data for mode, data in events if mode == "values"][-1]["sample_set"]
+    assert sample_set.aggregation.answer == "42" and elapsed < 1.0  # the two long replies take over 2 s
+    assert [c.text for c in sample_set.candidates] == ["The answer is 42."] * 3 and not sample_set.failed
+    assert len(sample_set.metadata["cancelled"]) == 2
+    assert sample_set.metadata["usage_unreported"] == [] and sample_set.usage.completion_tokens == 3 * 4
+    assert all(r["stream"] is True for r in upstream.requests)
+    assert stats["calls"] == 5 and stats["aborted"] == 2
+    streamed = [meta["langgraph_node"] for mode, (_, meta) in ((m, d) for m, d in events if m == "messages")]
+    assert "generate" not in streamed
+
+
 @pytest.mark.parametrize("options", [{}, {"settle": False, "stream_candidates": True}], ids=["default", "no settle"])
 def test_a_blocking_client_streams_only_when_asked_to_and_settling(options: dict[str, Any]):
     with OpenAITestServer(_short_and_long, n_mode="reject") as upstream:
@@ -354,6 +377,15 @@ def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(client: type[OpenAI 
     first, second = sent
     assert first[0] is True and first[-1] is False  # refused streamed, then asked unstreamed
     assert second and not any(second)  # remembered for the endpoint
+
+
+@pytest.mark.parametrize("options", [{}, {"settle": False, "stream_candidates": True}], ids=["default", "no settle"])
+def test_a_blocking_graph_streams_only_when_asked_to_and_settling(options: dict[str, Any]):
+    with OpenAITestServer(_short_and_long, n_mode="reject") as upstream:
+        graph = build_aggregate_graph(chat(upstream), n=5, policy={"use_n": False}, **options)
+        out = graph.invoke({"messages": [("user", QUESTION)]})
+        assert out["sample_set"].aggregation.answer == "42" and not out["sample_set"].failed
+        assert not any(r.get("stream") for r in upstream.requests)
 
 
 def _streaming_drawer(upstream: OpenAITestServer, endpoint: str) -> tuple[OpenAIClientChatModel, Drawer, Settling]:

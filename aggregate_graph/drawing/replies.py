@@ -1,5 +1,6 @@
 """A candidate request's answer in the one form candidates are built from (`Reply`), whichever way it came: a
-LangChain chat model's result (`reply_of`), or a model's own reply to a call nothing observes (`RepliesDirectly`).
+LangChain chat model's result (`reply_of`) or stream (`streamed_reply`), or a model's own reply to a call nothing
+observes (`RepliesDirectly`).
 """
 
 from __future__ import annotations
@@ -8,7 +9,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from langchain_core.callbacks import Callbacks
-from langchain_core.messages import BaseMessage
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, LLMResult
 
 from aggregate_graph.sample_set import Usage
@@ -101,3 +103,31 @@ def reply_of(result: LLMResult) -> Reply:
         calls = [dict(call) for call in getattr(message, "tool_calls", None) or []]
         choices.append(ReplyChoice(text, calls, meta.get("model_name"), meta.get("finish_reason")))
     return Reply(choices, _request_usage(result))
+
+
+def streamed_reply(
+    model: BaseChatModel, messages: list[BaseMessage], stop: Callable[[], bool], kwargs: dict[str, Any]
+) -> Reply:
+    """One single-sample request streamed through the chat model's own `stream` (LangChain's path: its callbacks,
+    tags and rate limiter as for `generate`; `kwargs` are `generate`'s), closed at the first chunk after which
+    `stop` says it is no longer needed, unless its choice has finished (a `finish_reason` came): then it is read
+    to its end, where providers send usage."""
+    config = {key: kwargs.pop(key) for key in ("callbacks", "tags", "metadata", "run_name") if key in kwargs}
+    kwargs.pop("stream", None)
+    if "stream_usage" in type(model).model_fields:  # ChatOpenAI streams usage only when asked
+        kwargs.setdefault("stream_usage", True)
+    chunks: list[AIMessageChunk] = []
+    finished = False
+    stream = model.stream(messages, config, **kwargs)  # type: ignore[arg-type]
+    try:
+        for chunk in stream:
+            chunks.append(chunk)
+            finished = finished or bool(chunk.response_metadata.get("finish_reason"))
+            if not finished and stop():
+                return Reply([], None, closed=True)  # leaving closes the stream: the upstream stops generating
+    finally:
+        stream.close()
+    if not chunks:
+        return Reply([], None)
+    message = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
+    return reply_of(LLMResult(generations=[[ChatGeneration(message=message)]]))

@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from langchain_core.caches import BaseCache
+from langchain_core.globals import get_llm_cache
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_configs
@@ -36,7 +39,15 @@ from aggregate_graph.drawing.course import (
     subdraw,
 )
 from aggregate_graph.drawing.n_support import is_stream_refusal, learn_stream_refused, refuses_stream
-from aggregate_graph.drawing.replies import OnChoice, RepliesDirectly, Reply, ReplyChoice, StreamsChoices, reply_of
+from aggregate_graph.drawing.replies import (
+    OnChoice,
+    RepliesDirectly,
+    Reply,
+    ReplyChoice,
+    StreamsChoices,
+    reply_of,
+    streamed_reply,
+)
 from aggregate_graph.drawing.retries import retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
 from aggregate_graph.drawing.settling import Settling, cancelled_by
@@ -108,13 +119,22 @@ class Drawer:
 
     def streams_choices(self, draw: Draw, blocking: bool) -> bool:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
-        (`stream_candidates`; `StreamsChoices`: the client's own `create`, nothing observing the call): a request
-        with `n`, and a blocking run's single request, which a settled vote could not interrupt otherwise (an async
-        run over an async client cancels its task). Not where the endpoint refused to stream (`n_support`)."""
+        (`stream_candidates`): a request with `n` (`StreamsChoices`: the client's own `create`, nothing observing
+        the call), and a blocking run's single request, which a settled vote could not interrupt otherwise (an
+        async run cancels its task) — through the client's `create`, or else the chat model's own `stream`
+        (`streamed_reply`) unless the model caches replies or batches concurrent calls itself (the local engine).
+        Not where the endpoint refused to stream (`n_support`)."""
         if not self.stream_candidates or self.settling is None or refuses_stream(self.sampler.endpoint):
             return False
-        streams = self.direct and isinstance(self.sampler.model, StreamsChoices)
-        return streams and (len(draw.indices) > 1 or blocking)
+        model = self.sampler.model
+        if self.direct:
+            return isinstance(model, StreamsChoices) and (len(draw.indices) > 1 or blocking)
+        return blocking and len(draw.indices) == 1 and not _caches(model) and not hasattr(model, "batches_calls")
+
+
+def _caches(model: BaseChatModel) -> bool:
+    """Whether the chat model's `generate` answers from a cache (its own, or the global one unless it opts out)."""
+    return isinstance(model.cache, BaseCache) or (model.cache is not False and get_llm_cache() is not None)
 
 
 def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
@@ -165,6 +185,8 @@ def draw_candidates(
     def call() -> Reply:
         if streamed is not None:
             try:
+                if not drawer.direct:
+                    return streamed_reply(sampler.model, messages, drawer.not_needed, dict(kwargs))
                 model = cast(StreamsChoices, sampler.model)
                 return model.stream_choices(messages, streamed, drawer.not_needed, **kwargs)
             except Exception as exc:
