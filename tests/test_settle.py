@@ -379,6 +379,28 @@ def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(client: type[OpenAI 
     assert second and not any(second)  # remembered for the endpoint
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{"disable_streaming": True}, {"use_responses_api": True}, {"stream_usage": False}],
+    ids=["not streaming", "responses", "no stream usage"],
+)
+def test_a_blocking_graph_streams_a_chat_model_as_it_is_set_up(settings: dict[str, Any]):
+    # ChatOpenAI set up not to stream, to use the Responses API, or not to ask for usage: each candidate lands as
+    # the model answers, none fails, and a whole (unstreamed) reply is never closed
+    with OpenAITestServer(["The answer is 42."], latency_s=0.2, n_mode="reject") as upstream:
+        model = ChatOpenAI(model="test-model", base_url=upstream.base_url, api_key="x", max_retries=0, **settings)
+        graph = build_aggregate_graph(model, n=3, policy={"use_n": False}, stream_candidates=True)
+        sample_set = graph.invoke({"messages": [("user", QUESTION)]})["sample_set"]
+    assert sample_set.aggregation.answer == "42" and not sample_set.failed
+    if "disable_streaming" in settings:  # sent before any landed, each answered whole: all kept
+        assert len(sample_set.candidates) == 3 and not any(r.get("stream") for r in upstream.requests)
+    if "stream_usage" in settings:  # the user's choice stands: no usage asked for, none reported
+        assert not any((r.get("stream_options") or {}).get("include_usage") for r in upstream.requests)
+        assert sample_set.metadata["usage_unreported"] == [c.index for c in sample_set.candidates]
+    else:
+        assert sample_set.metadata["usage_unreported"] == []
+
+
 @pytest.mark.parametrize("options", [{}, {"settle": False, "stream_candidates": True}], ids=["default", "no settle"])
 def test_a_blocking_graph_streams_only_when_asked_to_and_settling(options: dict[str, Any]):
     with OpenAITestServer(_short_and_long, n_mode="reject") as upstream:

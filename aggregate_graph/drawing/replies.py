@@ -105,29 +105,39 @@ def reply_of(result: LLMResult) -> Reply:
     return Reply(choices, _request_usage(result))
 
 
+# How providers' chunks say that their choice is complete (OpenAI, Anthropic, Ollama, Bedrock)
+FINISH_KEYS = ("finish_reason", "stop_reason", "done_reason", "stopReason")
+
+
+def _finishes(chunk: BaseMessage) -> bool:
+    """Whether a streamed chunk completes its reply: a whole message (a model that does not stream answers
+    `stream` with one), a provider's finish marker, or LangChain's closing chunk."""
+    if not isinstance(chunk, AIMessageChunk):
+        return True
+    return chunk.chunk_position == "last" or any(chunk.response_metadata.get(key) for key in FINISH_KEYS)
+
+
 def streamed_reply(
     model: BaseChatModel, messages: list[BaseMessage], stop: Callable[[], bool], kwargs: dict[str, Any]
 ) -> Reply:
     """One single-sample request streamed through the chat model's own `stream` (LangChain's path: its callbacks,
     tags and rate limiter as for `generate`; `kwargs` are `generate`'s), closed at the first chunk after which
-    `stop` says it is no longer needed, unless its choice has finished (a `finish_reason` came): then it is read
-    to its end, where providers send usage."""
+    `stop` says it is no longer needed, unless its reply is complete (`_finishes`): then it is read to its end,
+    where providers send usage. A chat model whose `stream_usage` is unset (ChatOpenAI) is asked for usage."""
     config = {key: kwargs.pop(key) for key in ("callbacks", "tags", "metadata", "run_name") if key in kwargs}
     kwargs.pop("stream", None)
-    if "stream_usage" in type(model).model_fields:  # ChatOpenAI streams usage only when asked
-        kwargs.setdefault("stream_usage", True)
-    chunks: list[AIMessageChunk] = []
+    if "stream_usage" in type(model).model_fields and getattr(model, "stream_usage", None) is None:
+        model = model.model_copy(update={"stream_usage": True})  # the field, which every path of the model reads
+    chunks: list[BaseMessage] = []
     finished = False
     stream = model.stream(messages, config, **kwargs)  # type: ignore[arg-type]
     try:
         for chunk in stream:
             chunks.append(chunk)
-            finished = finished or bool(chunk.response_metadata.get("finish_reason"))
+            finished = finished or _finishes(chunk)
             if not finished and stop():
                 return Reply([], None, closed=True)  # leaving closes the stream: the upstream stops generating
     finally:
         stream.close()
-    if not chunks:
-        return Reply([], None)
-    message = message_chunk_to_message(chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0])
-    return reply_of(LLMResult(generations=[[ChatGeneration(message=message)]]))
+    whole = chunks[0] + chunks[1:] if len(chunks) > 1 else chunks[0]  # LangChain raises for a stream of none
+    return reply_of(LLMResult(generations=[[ChatGeneration(message=message_chunk_to_message(whole))]]))

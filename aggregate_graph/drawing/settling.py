@@ -5,8 +5,8 @@ The draws of one wave — one task per sampler, or one per candidate under a che
 which sees every candidate as it lands. Once the decision is settled, async requests in flight are cancelled (their
 HTTP connections close, so the upstream stops generating) and requests not yet sent are never sent. A blocking
 (sync) draw cannot cancel a request in flight: it waits for those and skips the ones not yet sent, or, with
-`stream_candidates`, streams each request through an `openai` client and closes it at its next event
-(`StreamsChoices`).
+`stream_candidates`, streams each request — through an `openai` client (`StreamsChoices`) or the chat model's own
+`stream` (`streamed_reply`) — and closes it at its next event.
 """
 
 from __future__ import annotations
