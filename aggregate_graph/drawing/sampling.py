@@ -137,6 +137,14 @@ def _caches(model: BaseChatModel) -> bool:
     return isinstance(model.cache, BaseCache) or (model.cache is not False and get_llm_cache() is not None)
 
 
+def _unless_stream_refused(exc: Exception, sampler: Sampler) -> None:
+    """After a streamed request failed with `exc`: raise it, unless the endpoint refused to stream (`n_support`),
+    which is remembered; the caller then asks again at once unstreamed, as every later request of the endpoint."""
+    if not is_stream_refusal(exc):
+        raise exc
+    learn_stream_refused(sampler.endpoint)
+
+
 def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
     """Reports each choice of a streamed request with `n` as it finishes, as the candidate at the next of the draw's
     indices (`candidates_of` numbers the reply's choices in the same order: the order they finished). A single
@@ -190,9 +198,7 @@ def draw_candidates(
                 model = cast(StreamsChoices, sampler.model)
                 return model.stream_choices(messages, streamed, drawer.not_needed, **kwargs)
             except Exception as exc:
-                if not is_stream_refusal(exc):
-                    raise
-                learn_stream_refused(sampler.endpoint)  # asked again at once, unstreamed, as every later request
+                _unless_stream_refused(exc, sampler)
         if drawer.direct:
             return cast(RepliesDirectly, sampler.model).reply(messages, **kwargs)
         return reply_of(sampler.model.generate([messages], **kwargs))
@@ -255,9 +261,7 @@ async def adraw_candidates(
                 model = cast(StreamsChoices, sampler.model)
                 return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
             except Exception as exc:
-                if not is_stream_refusal(exc):
-                    raise
-                learn_stream_refused(sampler.endpoint)  # asked again at once, unstreamed, as every later request
+                _unless_stream_refused(exc, sampler)
         if drawer.direct:
             return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
         return reply_of(await sampler.model.agenerate([messages], **kwargs))

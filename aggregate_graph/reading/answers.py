@@ -6,7 +6,7 @@ symbolic `verify` only for what is not a plain expression (sets, tuples, interva
 
 math-verify's own timeout uses `signal.alarm`, which only works on the main thread, while LangGraph runs sync
 nodes in worker threads; so its timeouts are disabled and each uncached parse, evaluation or check runs in a
-daemon thread that we stop waiting for after `VERIFY_TIMEOUT_S`.
+daemon thread that we stop waiting for, and stop, after `VERIFY_TIMEOUT_S`.
 """
 
 from __future__ import annotations
