@@ -447,6 +447,26 @@ def test_a_streamed_single_retried_after_a_timeout_keeps_its_candidate():
     assert landed == drawn
 
 
+def test_a_streamed_attempt_given_up_on_is_closed():
+    # the first attempt times out while its upstream is still slow to answer; once it streams, nobody reads it:
+    # it is closed at its first chunk instead of being read to its end in its thread
+    latencies, long = [1.3, 0.4], " ".join(["step"] * 200) + " so the answer is 41."
+    with OpenAITestServer(
+        lambda body, number: long if number == 0 else "The answer is 42.",
+        latency_s=lambda body, k: latencies[k % 2],
+        token_latency_s=0.02,
+    ) as upstream:
+        _, drawer, _ = _streaming_drawer(upstream, "given-up")
+        policy = CandidatePolicy(timeout_s=1.0, max_attempts=2, backoff_initial_s=0, backoff_max_s=0, use_n=False)
+        drawn = draw_candidates(Draw(0, (0,), (HumanMessage(QUESTION),)), policy, drawer)
+        deadline = time.monotonic() + 2
+        while upstream.stats()["aborted"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = upstream.stats()
+    assert [c.text for c in drawn] == ["The answer is 42."]
+    assert stats["aborted"] == 1 and stats["completion_tokens_served"] < 50  # the long reply takes 4 s to stream
+
+
 def test_the_proxy_closes_a_streamed_n_request_once_settled():
     with OpenAITestServer(_short_and_long, token_latency_s=0.01) as upstream:
         with proxy_for(upstream, n=5, stream_candidates=True) as url:

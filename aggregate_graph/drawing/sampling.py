@@ -8,6 +8,7 @@ superstep when one branch raises, which would throw away every candidate that di
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -190,13 +191,16 @@ def draw_candidates(
     messages, kwargs = drawer.request(draw)
     streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=True) else None
 
-    def call() -> Reply:
+    def call(given_up: Callable[[], bool]) -> Reply:
         if streamed is not None:
+
+            def stop() -> bool:  # the vote is settled, or this attempt was given up on: nobody reads the rest
+                return drawer.not_needed() or given_up()
+
             try:
                 if not drawer.direct:
-                    return streamed_reply(sampler.model, messages, drawer.not_needed, dict(kwargs))
-                model = cast(StreamsChoices, sampler.model)
-                return model.stream_choices(messages, streamed, drawer.not_needed, **kwargs)
+                    return streamed_reply(sampler.model, messages, stop, dict(kwargs))
+                return cast(StreamsChoices, sampler.model).stream_choices(messages, streamed, stop, **kwargs)
             except Exception as exc:
                 _unless_stream_refused(exc, sampler)
         if drawer.direct:
@@ -204,7 +208,11 @@ def draw_candidates(
         return reply_of(sampler.model.generate([messages], **kwargs))
 
     def attempt() -> Reply:
-        return with_timeout(call, policy.timeout_s)
+        given_up = threading.Event()
+        try:
+            return with_timeout(lambda: call(given_up.is_set), policy.timeout_s)
+        finally:
+            given_up.set()  # an attempt that timed out and still streams is closed at its next event
 
     def take(step: Step) -> Any:
         match step:
