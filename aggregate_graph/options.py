@@ -65,14 +65,14 @@ class AggregationOptions(BaseModel):
             settled, so that they stop generating: a request with `n`, through an `openai` client's Chat Completions
             (`wrap_openai`, the proxy; a Responses call is not streamed) when nothing observes the call, and a
             blocking run's single requests, which it cannot cancel otherwise — through the client, or the chat
-            model's own `stream` (`ChatOpenAI` with `use_n=False`, any LangChain chat model that neither caches nor
-            batches calls itself; its callbacks see each closed request as ended by `GeneratorExit`). An async run
-            cancels its requests unstreamed. Off by default: a closed request reports no usage (the upstream sends
-            it at the end; `sample_set.metadata["usage_unreported"]` names the candidates whose request reported
-            none), the client's read timeout bounds the wait between chunks rather than the whole request, parsing a
-            stream costs the client more CPU than one reply, and some upstreams refuse to stream some models (a
-            request refused so, 400 naming `stream`, is asked again unstreamed, and so are that endpoint's later
-            requests).
+            model's own `stream` (`ChatOpenAI` with `use_n=False`, any LangChain chat model that streams and neither
+            caches nor batches calls itself; its callbacks see each closed request as ended by `GeneratorExit`). An
+            async run cancels its single requests unstreamed. Off by default: a closed request reports no usage (the
+            upstream sends it at the end; `sample_set.metadata["usage_unreported"]` names the candidates whose
+            request reported none), the client's read timeout bounds the wait between chunks rather than the whole
+            request, parsing a stream costs the client more CPU than one reply, and some upstreams refuse to stream
+            some models (a request refused so, 400 naming `stream`, is asked again unstreamed, and so are that
+            endpoint's later requests).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)

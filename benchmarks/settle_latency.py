@@ -10,17 +10,17 @@ and a latency drawn from a seed of (question, k): every configuration sees the s
 latencies, so their answers can be compared. Replies are read by the pool's own answers (the programs' results:
 `answer_type` is a function of the text).
 
-Each configuration asks the questions one after another through `wrap_openai(AsyncOpenAI(...), n=…)` (and one
-blocking `OpenAI` client, by default and with `stream_candidates`, and a blocking `graph.invoke` over `ChatOpenAI`
-with `stream_candidates`), settle on and off; the single call is the bare `AsyncOpenAI` client. A blocking run
-cannot cancel a request in flight: by default it waits for those, and with `stream_candidates` it streams each
-request (the graph through `ChatOpenAI`'s own `stream`) and closes those still out once settled. A streamed
-request's first word comes after a fifth of its latency and the rest of its words are paced over the other four
-fifths, so that it ends when the same request unstreamed would. Printed: the median and p90 latency ÷ the single
-call's, the completion tokens the upstream generated ÷ (n × a single call's) over all questions and over those with
-a clear majority (at least 4 of the 5 replies agree), requests aborted, and whether each question's answer is the
-one waiting for all gives. The rows "the rule alone" are the floor: when majority's settling rule settles on the
-drawn latencies themselves, with no client, server or network cost.
+Each configuration asks the questions one after another through `wrap_openai(AsyncOpenAI(...), n=…)` with settle on
+and off (and, settling, one blocking `OpenAI` client, by default and with `stream_candidates`, and a blocking
+`graph.invoke` over `ChatOpenAI` with `stream_candidates`); the single call is the bare `AsyncOpenAI` client. A
+blocking run cannot cancel a request in flight: by default it waits for those, and with `stream_candidates` it
+streams each request (the graph through `ChatOpenAI`'s own `stream`) and closes those still out once settled. A
+streamed request's first word comes after a fifth of its latency and the rest of its words are paced over the other
+four fifths, so that it ends when the same request unstreamed would. Printed: the median and p90 latency ÷ the
+single call's, the completion tokens the upstream generated ÷ (n × a single call's) over all questions and over
+those with a clear majority (at least 4 of the 5 replies agree), requests aborted, and whether each question's
+answer is the one waiting for all gives. The rows "the rule alone" are the floor: when majority's settling rule
+settles on the drawn latencies themselves, with no client, server or network cost.
 """
 
 from __future__ import annotations

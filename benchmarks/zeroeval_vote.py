@@ -29,8 +29,10 @@ candidate it rates highest) and its time per set.
 
 `--report` reads the report split (`id % 4 == 3`, 180 problems) instead, once, for the final report of what is
 shipped: the strongest models are ranked on the build split, a further row gives WeightedVote fit with labels on
-the build problems (a user's graded log of the same models), and nothing is fit or chosen on the report problems
-(it refuses `--validation-of`, `--recalibrate` and `--verifier`). Without it the report split is not read.
+the build problems (a user's graded log of the same models), and no label of the report problems is read to fit or
+choose anything (the vote fit without labels is fit on the report sets' agreement, as a user fits it on an
+unlabelled log; `--validation-of`, `--recalibrate` and `--verifier` are refused). Without it the report split is
+not read. The SSA's line also gives its gain over the vote fit without labels.
 """
 
 from __future__ import annotations
@@ -207,7 +209,7 @@ def main() -> int:
     if not 1 <= args.ssa_draws <= args.draws:
         parser.error(f"--ssa-draws must be between 1 and --draws ({args.draws}); got {args.ssa_draws}")
     if args.report and (args.validation_of or args.recalibrate or args.verifier):
-        parser.error("--report reports what is shipped: nothing is fit or chosen on the report split "
+        parser.error("--report reports what is shipped: no label of the report split fits or chooses anything "
                      "(drop --validation-of, --recalibrate and --verifier)")  # fmt: skip
     build = load_zeroeval("build")
     sets = load_zeroeval("report") if args.report else build
