@@ -365,8 +365,9 @@ def _interrupt(worker: threading.Thread) -> None:
     """Raise `_Abandoned` in `worker` at its next Python instruction (CPython's `PyThreadState_SetAsyncExc`). Left
     running, a runaway symbolic computation holds the GIL for as long as it runs — a sympy gcd ran on for over 6
     minutes here, slowing every other thread of the process — and nothing will read its result."""
-    if worker.ident is not None and worker.is_alive():
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_Abandoned))
+    api = getattr(ctypes, "pythonapi", None)  # CPython's own C API; another interpreter leaves the thread to finish
+    if api is not None and worker.ident is not None and worker.is_alive():
+        api.PyThreadState_SetAsyncExc(ctypes.c_ulong(worker.ident), ctypes.py_object(_Abandoned))
 
 
 def _within_timeout(fn: Callable[[], T], default: T) -> T:
