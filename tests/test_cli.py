@@ -168,6 +168,14 @@ def test_a_key_given_where_its_variable_name_goes_is_never_shown(capsys) -> None
     assert err.startswith("error: --api-key-env takes the NAME of an environment variable holding the key, not the key")
 
 
+def test_ask_says_how_a_tie_was_broken(serve, capsys) -> None:
+    # a drawn set ties by landing time first (then by index), as every vote in the package does
+    server = serve(["#### 1", "#### 2"])
+    assert main(["ask", "1 or 2?", "--n", "2", "--model", "m", "--base-url", server.base_url, "--no-settle"]) == 0
+    out = capsys.readouterr().out
+    assert "Tie between ['1', '2']: broken by the answer that landed first, then candidate order" in out
+
+
 def test_ask_sends_the_key_from_the_environment_variable_it_names(serve, monkeypatch, capsys) -> None:
     server = serve(["#### 9"])
     base = ["ask", "3+6?", "--n", "1", "--model", "m", "--base-url", server.base_url]

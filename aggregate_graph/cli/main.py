@@ -132,8 +132,10 @@ def _show(sample_set: SampleSet, out: Any) -> None:
     if cut:  # a cut-off solution states no answer (its last number is not one), so it does not vote
         print(f"{cut} of {len(sample_set.candidates)} stopped at the token limit before answering: raise "
               "--max-tokens for longer answers", file=out)  # fmt: skip
-    if agg.tie:
-        print(f"Tie between {agg.tie}: broken by candidate order", file=out)
+    if agg.tie:  # `plurality`'s rule: the earliest landing among each answer's backers, then the lowest index
+        landed = any(c.landed_at is not None for c in sample_set.candidates)
+        rule = "the answer that landed first, then candidate order" if landed else "candidate order"
+        print(f"Tie between {agg.tie}: broken by {rule}", file=out)
     if probs := agg.details.get("choice_probs"):  # the choice SSA's calibrated probabilities over the answers
         shown = ", ".join(f"{a}: {p:.0%}" for a, p in sorted(probs.items(), key=lambda kv: -kv[1]))
         verdict = "its pick decided"
