@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from langchain_core.callbacks import Callbacks
+from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessageChunk, BaseMessage, message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, LLMResult
@@ -103,6 +104,12 @@ def reply_of(result: LLMResult) -> Reply:
         calls = [dict(call) for call in getattr(message, "tool_calls", None) or []]
         choices.append(ReplyChoice(text, calls, meta.get("model_name"), meta.get("finish_reason")))
     return Reply(choices, _request_usage(result))
+
+
+def answers_from_cache(model: BaseChatModel) -> bool:
+    """Whether the chat model's `generate` goes through a cache: its own, or LangChain's global one unless it opts
+    out (`cache=False`)."""
+    return model.cache is not False and (model.cache is not None or get_llm_cache() is not None)
 
 
 # How providers' chunks say that their choice is complete (OpenAI, Anthropic, Ollama, Bedrock)

@@ -14,9 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from langchain_core.caches import BaseCache
-from langchain_core.globals import get_llm_cache
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import ContextThreadPoolExecutor, merge_configs
@@ -46,6 +43,7 @@ from aggregate_graph.drawing.replies import (
     Reply,
     ReplyChoice,
     StreamsChoices,
+    answers_from_cache,
     reply_of,
     streamed_reply,
 )
@@ -130,12 +128,8 @@ class Drawer:
         model = self.sampler.model
         if self.direct:
             return isinstance(model, StreamsChoices) and (len(draw.indices) > 1 or blocking)
-        return blocking and len(draw.indices) == 1 and not _caches(model) and not hasattr(model, "batches_calls")
-
-
-def _caches(model: BaseChatModel) -> bool:
-    """Whether the chat model's `generate` answers from a cache (its own, or the global one unless it opts out)."""
-    return isinstance(model.cache, BaseCache) or (model.cache is not False and get_llm_cache() is not None)
+        single = blocking and len(draw.indices) == 1
+        return single and not answers_from_cache(model) and not hasattr(model, "batches_calls")
 
 
 def _unless_stream_refused(exc: Exception, sampler: Sampler) -> None:

@@ -19,7 +19,6 @@ from langchain_core.callbacks import (
     Callbacks,
 )
 from langchain_core.exceptions import OutputParserException
-from langchain_core.globals import get_llm_cache
 from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models._utils import _normalize_messages
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, convert_to_openai_messages
@@ -30,7 +29,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables.config import run_in_executor, var_child_runnable_config
 from pydantic import ConfigDict, Field
 
-from aggregate_graph.drawing.replies import OnChoice, Reply, ReplyChoice
+from aggregate_graph.drawing.replies import OnChoice, Reply, ReplyChoice, answers_from_cache
 from aggregate_graph.sample_set import Usage
 
 CALL_CONFIG_KEY = "aggregate_graph_openai_call"  # `configurable` key of a running call's settings
@@ -176,7 +175,7 @@ class ClientChatModel(BaseChatModel):
             return True
         if self.output_version not in (None, "v0") or any("structured_output_format" in key for key in kwargs):
             return True
-        if self.cache is not False and (self.cache is not None or get_llm_cache() is not None):
+        if answers_from_cache(self):
             return True
         tags, metadata = kwargs.get("tags"), kwargs.get("metadata")
         listeners = CallbackManager.configure(callbacks, self.callbacks, self.verbose, tags, self.tags, metadata)
