@@ -51,6 +51,15 @@ def by_arrival(latencies: list[float]):  # the k-th request the server receives 
     return lambda body, number: latencies[number % len(latencies)]
 
 
+def stats_once_aborted(server: OpenAITestServer, aborted: int, within_s: float = 5.0) -> dict[str, int]:
+    """The server's counters once it has counted `aborted` closed requests (it notices a closed socket a little
+    later), or after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while server.stats()["aborted"] < aborted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return server.stats()
+
+
 def settle_in_arrival_order(nodes: _Nodes, sample_set: SampleSet, order: list[int]) -> list[Candidate]:
     """The candidates landed when the graph's settling check (`_Nodes._is_settled`) first holds."""
     landed: list[Candidate] = []
@@ -108,10 +117,7 @@ def test_settling_cancels_the_requests_still_out_and_keeps_every_candidate_that_
         started = time.perf_counter()
         out = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))
         elapsed = time.perf_counter() - started
-        deadline = time.monotonic() + 5
-        while s.stats()["aborted"] < 2 and time.monotonic() < deadline:  # the server notices the closed sockets
-            time.sleep(0.02)
-        stats = s.stats()
+        stats = stats_once_aborted(s, 2)
     sample_set = out["sample_set"]
     assert sample_set.aggregation.answer == "42" and elapsed < 2.0
     assert stats["aborted"] == 2 and stats["samples_served"] == 3  # the slow ones stopped: nothing generated
@@ -203,9 +209,7 @@ def test_the_proxy_streams_the_settled_answer_without_waiting_for_the_slow_candi
             )
             text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
             elapsed = time.perf_counter() - started
-            deadline = time.monotonic() + 5
-            while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
+            stats_once_aborted(upstream, 2)
         assert text == "The answer is 42." and elapsed < 2.0
         assert upstream.stats()["aborted"] == 2 and upstream.stats()["samples_served"] == 3
 
@@ -265,10 +269,7 @@ def test_a_streamed_n_request_is_closed_once_the_vote_is_settled():
             assert sample_set.metadata["usage_unreported"] == [c.index for c in sample_set.candidates]
             request = upstream.requests[-1]
             assert request["n"] == 5 and request["stream"] is True  # one request, streamed
-        deadline = time.monotonic() + 5
-        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stats = upstream.stats()
+        stats = stats_once_aborted(upstream, 2)
     assert stats["calls"] == 2 and stats["aborted"] == 2
     assert stats["completion_tokens_served"] < 2 * (3 * 4 + 2 * 20)  # the long replies stopped early
 
@@ -311,10 +312,7 @@ def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_
         # each landed stream was read to its end: its usage is counted
         assert sample_set.metadata["usage_unreported"] == [] and sample_set.usage.completion_tokens == 3 * 4
         assert all(r["stream"] is True and "n" not in r for r in upstream.requests)
-        deadline = time.monotonic() + 5
-        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stats = upstream.stats()
+        stats = stats_once_aborted(upstream, 2)
     assert stats["calls"] == 5 and stats["aborted"] == 2
     assert stats["completion_tokens_served"] < 3 * 4 + 2 * 20  # the long replies stopped early
 
@@ -327,10 +325,7 @@ def test_a_blocking_graph_streams_its_chat_models_requests_and_closes_those_stil
         started = time.perf_counter()
         events = list(graph.stream({"messages": [("user", QUESTION)]}, stream_mode=["messages", "values"]))
         elapsed = time.perf_counter() - started
-        deadline = time.monotonic() + 5
-        while upstream.stats()["aborted"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stats = upstream.stats()
+        stats = stats_once_aborted(upstream, 2)
     sample_set = [data for mode, data in events if mode == "values"][-1]["sample_set"]
     assert sample_set.aggregation.answer == "42" and elapsed < 1.0  # the two long replies take over 2 s
     assert [c.text for c in sample_set.candidates] == ["The answer is 42."] * 3 and not sample_set.failed
@@ -459,10 +454,7 @@ def test_a_streamed_attempt_given_up_on_is_closed():
         _, drawer, _ = _streaming_drawer(upstream, "given-up")
         policy = CandidatePolicy(timeout_s=1.0, max_attempts=2, backoff_initial_s=0, backoff_max_s=0, use_n=False)
         drawn = draw_candidates(Draw(0, (0,), (HumanMessage(QUESTION),)), policy, drawer)
-        deadline = time.monotonic() + 2
-        while upstream.stats()["aborted"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        stats = upstream.stats()
+        stats = stats_once_aborted(upstream, 1, within_s=2)
     assert [c.text for c in drawn] == ["The answer is 42."]
     assert stats["aborted"] == 1 and stats["completion_tokens_served"] < 50  # the long reply takes 4 s to stream
 
