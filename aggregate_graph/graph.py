@@ -186,9 +186,8 @@ class _Nodes:
         answer_type = settled_answer_type(question, texts, self.answer_type, outstanding)
         if answer_type in (None, "span"):
             return False
-        candidates = [c.model_copy() for c in landed]
-        self._read(question, candidates, answer_type if answer_type in ANSWER_TYPES else None)  # as one set
-        sample_set = SampleSet(question=question, candidates=candidates)
+        self._read(question, landed, answer_type if answer_type in ANSWER_TYPES else None)  # as one set
+        sample_set = SampleSet(question=question, candidates=landed)
         votes = {key: float(len(members)) for key, members in tool_choices(sample_set).items()}
         if not stays_first(votes, outstanding):  # a tool plan out there could still win
             return False

@@ -19,7 +19,9 @@ from functools import partial
 
 from aggregate_graph.sample_set import Candidate
 
-IsSettled = Callable[[list[Candidate], int], bool]  # (candidates landed, how many are still out) -> settled?
+# (candidates landed, how many are still out) -> settled? The candidates are the check's own copies, made once as
+# each lands and kept from one check to the next: it may read answers into them, as no one else reads them.
+IsSettled = Callable[[list[Candidate], int], bool]
 
 
 class Settling:
@@ -33,6 +35,7 @@ class Settling:
     def __init__(self, n: int, is_settled: IsSettled, landed: Iterable[Candidate] = ()) -> None:
         self.n, self._is_settled = n, is_settled
         self._landed: dict[int, Candidate] = {c.index: c for c in landed}  # an earlier wave's, then this one's
+        self._checked = {i: c.model_copy() for i, c in self._landed.items()}  # what `is_settled` is given
         self._stamps = {i: c.landed_at for i, c in self._landed.items() if c.landed_at is not None}
         self._latest = max(self._stamps.values(), default=0.0)
         self._tasks: set[asyncio.Task] = set()
@@ -55,7 +58,8 @@ class Settling:
             if self.settled:
                 return
             self._landed.update({c.index: c for c in candidates})
-            if not self._is_settled(list(self._landed.values()), self.n - len(self._landed)):
+            self._checked.update({c.index: c.model_copy() for c in candidates})
+            if not self._is_settled(list(self._checked.values()), self.n - len(self._landed)):
                 return
             self.settled, tasks = True, [t for t in self._tasks if not t.done() and t is not _running_task()]
         for task in tasks:  # not the task landing: cancelled, it would drop the result it is returning
