@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from langchain_core.language_models import FakeListChatModel
@@ -348,13 +348,17 @@ def test_a_blocking_client_streams_only_when_asked_to_and_settling(options: dict
         assert all("stream" not in r for r in upstream.requests)
 
 
+@pytest.mark.parametrize("refusal", ["stream", "stream_options"])
 @pytest.mark.parametrize(
     ("client", "use_n"), [(OpenAI, True), (AsyncOpenAI, True), (OpenAI, False)], ids=["n", "async n", "singles"]
 )
-def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(client: type[OpenAI | AsyncOpenAI], use_n: bool):
-    # OpenAI answers a streamed request 400 naming `stream` for a model the organisation may not stream: each
-    # refused request is asked again at once unstreamed, and the endpoint's later requests are not streamed
-    with OpenAITestServer(["The answer is 42."], refuse_stream=True) as upstream:
+def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(
+    client: type[OpenAI | AsyncOpenAI], use_n: bool, refusal: Literal["stream", "stream_options"]
+):
+    # OpenAI answers a streamed request 400 naming `stream` for a model the organisation may not stream, older
+    # Azure api-versions one carrying `stream_options` (no `param`): each refused request is asked again at once
+    # unstreamed, and the endpoint's later requests are not streamed
+    with OpenAITestServer(["The answer is 42."], refuse_stream=refusal) as upstream:
         options = {"n": 3, "policy": {"use_n": use_n}, "stream_candidates": True}
         create = wrap_openai(
             client(base_url=upstream.base_url, api_key="x", max_retries=0), **options
@@ -372,6 +376,18 @@ def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(client: type[OpenAI 
     first, second = sent
     assert first[0] is True and first[-1] is False  # refused streamed, then asked unstreamed
     assert second and not any(second)  # remembered for the endpoint
+
+
+def test_a_blocking_graph_over_a_chat_model_whose_endpoint_refuses_stream_options_asks_unstreamed():
+    # ChatOpenAI asks for a streamed request's usage with `stream_options`, which older Azure api-versions refuse
+    with OpenAITestServer(["The answer is 42."], refuse_stream="stream_options", n_mode="reject") as upstream:
+        model = ChatOpenAI(model="test-model", base_url=upstream.base_url, api_key="x", max_retries=0)
+        graph = build_aggregate_graph(model, n=3, policy={"use_n": False}, stream_candidates=True)
+        sample_sets = [graph.invoke({"messages": [("user", QUESTION)]})["sample_set"] for _ in range(2)]
+        streamed = [bool(r.get("stream")) for r in upstream.requests]
+    assert all(s.aggregation.answer == "42" and not s.failed for s in sample_sets)
+    assert streamed[0] is True and not any(streamed[-3:])  # refused once, then asked unstreamed and remembered
+    assert sample_sets[-1].metadata["usage_unreported"] == []
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,8 @@ Asking for n samples in one request bills the prompt once, but servers differ: s
 wasted request and its latency each time, so the first answer is remembered per endpoint — the server's URL
 and the model — for the life of the process; `forget()` clears it (e.g. after a server is upgraded). So is an
 endpoint's refusal to stream (`stream_candidates`): OpenAI answers a streamed request 400, naming `stream`, for a
-model the organisation may not stream.
+model the organisation may not stream, and older Azure OpenAI api-versions refuse the `stream_options` that asks
+for a streamed request's usage.
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ def forget() -> None:
 
 
 def is_stream_refusal(exc: BaseException) -> bool:
-    """A 400 whose error names the `stream` parameter: the endpoint will not stream this request's model (OpenAI,
-    for organisations not verified to stream it), though it answers the same request unstreamed."""
-    return getattr(exc, "status_code", None) == 400 and getattr(exc, "param", None) == "stream"
+    """A 400 whose error names the `stream` parameter — the endpoint will not stream this request's model (OpenAI,
+    for organisations not verified to stream it) — or `stream_options`, which older Azure OpenAI api-versions do
+    not know ("Unrecognized request argument supplied: stream_options", no `param`); either answers the same
+    request unstreamed."""
+    if getattr(exc, "status_code", None) != 400:
+        return False
+    param = getattr(exc, "param", None)
+    return param in ("stream", "stream_options") or "stream_options" in str(getattr(exc, "message", None) or exc)
 
 
 def learn_stream_refused(key: tuple[str, str, str]) -> None:

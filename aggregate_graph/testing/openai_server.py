@@ -96,8 +96,9 @@ class OpenAITestServer:
         upstream); a client that closes the connection meanwhile is counted in `aborted`, and nothing is served.
     token_latency_s: with `stream: true`, the reply is streamed a word per chunk with this delay between chunks,
         or a function of the request's body giving it (an upstream whose requests generate at their own pace).
-    refuse_stream: a streamed chat request is answered 400 naming `stream`, as OpenAI answers one for a model the
-        organisation is not verified to stream.
+    refuse_stream: streamed chat requests are answered 400: "stream", naming `stream`, as OpenAI answers one for a
+        model the organisation is not verified to stream; "stream_options", one that carries `stream_options`, as
+        older Azure OpenAI api-versions do ("Unrecognized request argument supplied: stream_options", no `param`).
     token_details: added to every chat completion's usage, as OpenAI reports them, e.g.
         `{"prompt_tokens_details": {"cached_tokens": 2}, "completion_tokens_details": {"reasoning_tokens": 3}}`.
     apis: the APIs served — "chat" (`/v1/chat/completions`) and "responses" (`/v1/responses`); a left-out one
@@ -126,7 +127,7 @@ class OpenAITestServer:
         token_latency_s: float | Callable[[dict[str, Any]], float] = 0.0,
         apis: Sequence[API] = ("chat", "responses"),
         token_details: dict[str, dict[str, int]] | None = None,
-        refuse_stream: bool = False,
+        refuse_stream: Literal["stream", "stream_options"] | None = None,
     ) -> None:
         self.replies, self.latency_s, self.n_mode = replies, latency_s, n_mode
         self.failure_rate, self.failure_status, self.fail_first = failure_rate, failure_status, fail_first
@@ -259,9 +260,12 @@ class OpenAITestServer:
 
         async def answer(body: dict[str, Any]) -> Response:
             n = int(body.get("n") or 1)
-            if body.get("stream") and self.refuse_stream:
+            if body.get("stream") and self.refuse_stream == "stream":
                 message = "Your organization must be verified to stream this model."
                 return _error(400, message, "invalid_request_error", "stream", "unsupported_value")
+            if "stream_options" in body and self.refuse_stream == "stream_options":
+                message = "Unrecognized request argument supplied: stream_options"
+                return _error(400, message, "invalid_request_error")
             if n > 1 and self.n_mode == "reject":
                 return _error(400, "n > 1 is not supported by this server", "invalid_request_error", "n")
             if self.n_mode == "ignore":
