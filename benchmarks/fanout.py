@@ -11,7 +11,9 @@
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. The package's own time per call: a `wrap_openai` call ÷ a gather of the same bare calls, both through an
    `openai` client whose transport answers at once (no server, no socket), N = 1, 8 and 64: what the wrapping
-   itself costs (the LangGraph run, drawing, reading, the vote, the response), apart from the client's own.
+   itself costs (the LangGraph run, drawing, reading, the vote, the response), apart from the client's own;
+   and at N=64 with three answers in turn (a split vote, never settled early) with `settle` off and on, where
+   each landing checks whether the vote is settled.
 4. MajorityVote time per sample set of 64 answers with math equivalence (cold cache), on the real
    Qwen2.5-Math MATH pool of ../shared/data (8 samples per problem, each drawn 8 times) and on a synthetic
    mix of equivalent LaTeX forms: the first time the process sees those forms (math-verify parses each one,
@@ -23,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import statistics
 import subprocess
 import sys
@@ -181,9 +184,16 @@ COMPLETION = {
 }
 
 
-def answering_client() -> AsyncOpenAI:
-    """An `openai` client whose transport answers every request at once with `COMPLETION`."""
-    transport = httpx2.MockTransport(lambda request: httpx2.Response(200, json=COMPLETION))
+def answering_client(replies: tuple[str, ...] = ("#### 56",)) -> AsyncOpenAI:
+    """An `openai` client whose transport answers every request at once with `COMPLETION`, its reply the next of
+    `replies` in turn."""
+    turns = itertools.cycle(replies)
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        message = {"role": "assistant", "content": next(turns)}
+        return httpx2.Response(200, json={**COMPLETION, "choices": [{**COMPLETION["choices"][0], "message": message}]})
+
+    transport = httpx2.MockTransport(answer)
     return AsyncOpenAI(
         base_url="http://answering-at-once.invalid/v1",
         api_key="x",
@@ -194,14 +204,24 @@ def answering_client() -> AsyncOpenAI:
 
 async def own_cost_rows() -> list[tuple[str, str, str]]:
     """The median time of a wrapped call and of a gather of the same bare calls, through clients answering at
-    once, and their difference: the package's own cost per call (at N=1, mostly the LangGraph run)."""
-    rows, bare, messages = [], answering_client(), [{"role": "user", "content": "What is 7 times 8?"}]
-    for n, rounds in ((1, 300), (8, 200), (64, 60)):
-        wrapped = wrap_openai(answering_client(), n=n, policy=CandidatePolicy(use_n=False), settle=False)
+    once, and their difference: the package's own cost per call (at N=1, mostly the LangGraph run); then at
+    N=64 with three answers in turn, a vote never settled early, with `settle` on, as by default (a check as each
+    candidate lands), and off."""
+    rows, messages = [], [{"role": "user", "content": "What is 7 times 8?"}]
+    split = ("#### 56", "#### 57", "#### 58")
+    for n, rounds, replies, settle in (
+        (1, 300, split[:1], False),
+        (8, 200, split[:1], False),
+        (64, 60, split[:1], False),
+        (64, 60, split, False),
+        (64, 60, split, True),
+    ):
+        bare = answering_client(replies)
+        wrapped = wrap_openai(answering_client(replies), n=n, policy=CandidatePolicy(use_n=False), settle=settle)
         t = await _interleaved(
             {
                 "wrapped": lambda wrapped=wrapped: wrapped.chat.completions.create(model="m", messages=messages),
-                "bare": lambda n=n: asyncio.gather(
+                "bare": lambda n=n, bare=bare: asyncio.gather(
                     *(bare.chat.completions.create(model="m", messages=messages) for _ in range(n))
                 ),
             },
@@ -209,9 +229,10 @@ async def own_cost_rows() -> list[tuple[str, str, str]]:
             rest_s=0.0,
         )
         wrapped_ms, bare_ms = (statistics.median(t[name].wall) * 1000 for name in ("wrapped", "bare"))
+        vote = f", a split vote, settle {'on' if settle else 'off'}" if len(replies) > 1 else ""
         rows.append(
             (
-                f"the package's own time per call, N={n}, the client answering at once",
+                f"the package's own time per call, N={n}{vote}, the client answering at once",
                 f"{wrapped_ms - bare_ms:.2f} ms ({wrapped_ms:.2f} wrapped, {bare_ms:.2f} bare)",
                 "",
             )
