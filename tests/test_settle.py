@@ -8,6 +8,7 @@ import random
 import time
 from typing import Any, Literal
 
+import openai
 import pytest
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.messages import HumanMessage
@@ -376,6 +377,23 @@ def test_an_endpoint_refusing_to_stream_is_asked_unstreamed(
     first, second = sent
     assert first[0] is True and first[-1] is False  # refused streamed, then asked unstreamed
     assert second and not any(second)  # remembered for the endpoint
+
+
+def test_a_400_quoting_the_request_is_no_refusal_to_stream():
+    # vLLM's validation errors quote the request, `stream_options` and all: such a 400 is about the request, so it
+    # fails its candidates once, and the endpoint's later requests are still streamed (and closed once settled)
+    quoted = (
+        "1 validation error: Value error, use one kind of guided decoding: {'stream_options': {'include_usage': True}}"
+    )
+    with OpenAITestServer(["The answer is 42."], failure_rate=1.0, failure_status=400, failure_message=quoted) as bad:
+        client = OpenAI(base_url=bad.base_url, api_key="x", max_retries=0)
+        create = wrap_openai(client, n=2, policy={"use_n": False}, stream_candidates=True).chat.completions.create
+        with pytest.raises(openai.BadRequestError, match="guided decoding"):
+            create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        assert len(bad.requests) == 2 and all(r.get("stream") for r in bad.requests)  # none asked again unstreamed
+        bad.failure_rate = 0.0
+        create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        assert all(r.get("stream") for r in bad.requests[2:])
 
 
 def test_a_blocking_graph_over_a_chat_model_whose_endpoint_refuses_stream_options_asks_unstreamed():

@@ -11,6 +11,7 @@ for a streamed request's usage.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Literal
 
@@ -51,15 +52,26 @@ def forget() -> None:
         _refuses_stream.clear()
 
 
+# Older Azure OpenAI api-versions' answer to `stream_options`: an error message naming no `param`
+_UNKNOWN_STREAM_OPTIONS = re.compile(
+    r"(?:unrecognized request argument supplied|unknown parameter)\W*stream_options\b", re.I
+)
+
+
 def is_stream_refusal(exc: BaseException) -> bool:
     """A 400 whose error names the `stream` parameter — the endpoint will not stream this request's model (OpenAI,
     for organisations not verified to stream it) — or `stream_options`, which older Azure OpenAI api-versions do
-    not know ("Unrecognized request argument supplied: stream_options", no `param`); either answers the same
-    request unstreamed."""
+    not know: they say so in the message, "Unrecognized request argument supplied: stream_options", with no
+    `param`. Either answers the same request unstreamed. A 400 about anything else is not one, though its message
+    may quote the request (vLLM's validation errors do), `stream_options` and all."""
     if getattr(exc, "status_code", None) != 400:
         return False
     param = getattr(exc, "param", None)
-    return param in ("stream", "stream_options") or "stream_options" in str(getattr(exc, "message", None) or exc)
+    if param is not None:
+        return param in ("stream", "stream_options")
+    body = getattr(exc, "body", None)
+    message = body.get("message") if isinstance(body, dict) else None
+    return isinstance(message, str) and _UNKNOWN_STREAM_OPTIONS.match(message.strip()) is not None
 
 
 def learn_stream_refused(key: tuple[str, str, str]) -> None:

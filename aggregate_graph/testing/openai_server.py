@@ -134,6 +134,8 @@ class OpenAITestServer:
         self.hang_rate, self.hang_s, self.model, self.finish_reason = hang_rate, hang_s, model, finish_reason
         self.failure_message, self.failure_code, self.token_latency_s = failure_message, failure_code, token_latency_s
         self.apis, self.token_details = tuple(apis), dict(token_details or {})
+        if refuse_stream not in (None, "stream", "stream_options"):
+            raise ValueError(f'refuse_stream must be "stream", "stream_options" or None; got {refuse_stream!r}')
         self.refuse_stream = refuse_stream
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
