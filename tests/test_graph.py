@@ -87,7 +87,8 @@ def test_heterogeneous_pool_records_model_and_params(serve):
 
 def test_transient_errors_are_retried(serve):
     server = serve(["#### 42"], fail_first=2, failure_status=429)
-    s = build_aggregate_graph(chat(server), n=3, policy=FAST).invoke(ASK)["sample_set"]
+    # settle=False: settled by the other two, a blocking run would not send the retry (test_settle)
+    s = build_aggregate_graph(chat(server), n=3, policy=FAST, settle=False).invoke(ASK)["sample_set"]
     # the failed n=3 request is not retried whole: its samples are asked one by one, the failed one again
     assert len(s.succeeded) == 3 and server.calls == 5 and server.requests[0]["n"] == 3
     assert [r.get("n") for r in server.requests[1:]] == [None] * 4

@@ -532,3 +532,66 @@ def test_a_later_wave_settles_on_the_earlier_waves_candidates_too():
     answers = [c.answer for c in sample_set.candidates]  # the server's replies go by arrival, not by index
     assert answers[:2] == ["9", "9"] and sorted(map(str, answers[2:])) == ["7", "7", "7", "9", "None", "None"]
     assert sample_set.metadata["cancelled"] == [] and sample_set.aggregation.answer == "9"
+
+
+LONG_42 = "The answer is 42. " + "so " * 300  # 3 s at 0.01 s a word
+
+
+def _cut_short_replies(body: dict[str, Any], sample: int) -> str:
+    """The `n` request's choices: two short, three that outlast the attempt's timeout; each single request: 42."""
+    if body.get("n"):
+        return ["The answer is 42.", "The answer is 42.", LONG_42, LONG_42, LONG_42][sample % 5]
+    return "The answer is 42."
+
+
+@pytest.mark.parametrize("client", [OpenAI, AsyncOpenAI], ids=["sync", "async"])
+def test_a_streamed_n_request_cut_short_keeps_the_choices_that_landed(client: type[OpenAI | AsyncOpenAI]):
+    # the request times out after two of its five choices landed (each reported to settling as it finished): those
+    # stay in the set, as settling counted them, and only the other three are asked for, one by one
+    with OpenAITestServer(_cut_short_replies, token_latency_s=0.01) as upstream:
+        policy = {"use_n": True, "timeout_s": 1.0, "max_attempts": 1}
+        create = wrap_openai(
+            client(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, policy=policy, stream_candidates=True
+        ).chat.completions.create
+        completion = create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        if client is AsyncOpenAI:
+            completion = asyncio.run(completion)
+        (sample_set,) = sample_sets_from(completion)
+        singles = [r for r in upstream.requests if not r.get("n")]
+    first_two = [c for c in sample_set.candidates if c.index in (0, 1)]
+    assert sample_set.aggregation.answer == "42" and not sample_set.failed
+    assert [c.usage for c in first_two] == [None, None] and len(first_two) == 2  # the n request's, cut short
+    assert {0, 1} <= set(sample_set.metadata["usage_unreported"])
+    assert len(singles) <= 3  # the landed indices are not asked for again
+
+
+def test_the_first_call_to_an_endpoint_ignoring_n_settles_on_its_one_choice_too():
+    # the `n` request's one choice lands before the other four are asked for one by one: settling counts it, so
+    # three agreeing answers settle the vote while two slow requests are still out
+    replies = ["The answer is 42."] * 3 + ["The answer is 41."] * 2
+    with OpenAITestServer(
+        lambda body, sample: replies[sample % 5], latency_s=lambda body, k: 0.05 if k < 3 else 3.0, n_mode="ignore"
+    ) as upstream:
+        wrapped = wrap_openai(AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+        started = time.perf_counter()
+        completion = asyncio.run(
+            wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        )
+        elapsed = time.perf_counter() - started
+        (sample_set,) = sample_sets_from(completion)
+    assert sample_set.aggregation.answer == "42" and sorted(sample_set.metadata["cancelled"]) == [3, 4]
+    assert elapsed < 2.0
+
+
+def test_a_blocking_run_sends_no_retry_once_settled():
+    # two candidates fail at once with a transient 500; the other three settle the vote during the retries' wait
+    with OpenAITestServer(["The answer is 42."], fail_first=2, latency_s=lambda body, k: 0.0 if k < 2 else 0.1) as up:
+        policy = {"use_n": False, "max_attempts": 3, "backoff_initial_s": 2.0}
+        wrapped = wrap_openai(OpenAI(base_url=up.base_url, api_key="x", max_retries=0), n=5, policy=policy)
+        started = time.perf_counter()
+        completion = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+        elapsed = time.perf_counter() - started
+        (sample_set,) = sample_sets_from(completion)
+        assert up.calls == 5  # no retry sent
+    assert sample_set.aggregation.answer == "42" and not sample_set.failed
+    assert len(sample_set.metadata["cancelled"]) == 2 and elapsed < 1.5  # not failures, and not waited for

@@ -101,11 +101,27 @@ class Retried(NamedTuple):
 
 class Subdraw(NamedTuple):
     """Candidates of `draw` under `policy`: one request for them all (`draw_candidates`) or one each
-    (`draw_singles`)."""
+    (`draw_singles`). `landed`: the candidates the draw already has, reported first, so that settling counts them
+    while the sub-draw's are out."""
 
     draw: Draw
     policy: CandidatePolicy
     singles: bool
+    landed: tuple[Candidate, ...] = ()
+
+
+class CutShort(Exception):
+    """A streamed request with `n` that failed after some of its choices landed, each reported as it finished:
+    `landed` holds their candidates, which the draw keeps; the failure is the `__cause__`."""
+
+    def __init__(self, landed: list[Candidate]) -> None:
+        super().__init__(f"the request failed after {len(landed)} of its choices landed")
+        self.landed = landed
+
+
+class NotNeeded(Exception):
+    """Raised by a blocking driver's step once the draw's wave is settled before its request was sent (during a
+    retry's wait): the draw ends with no candidate, as an async draw's cancelled task does."""
 
 
 Step = Attempt | Wait | Retried | Subdraw
@@ -139,6 +155,8 @@ def resume(plan: Course[T], outcome: Outcome) -> Step | Done[T]:
 def capture(take: Callable[[Step], Any], step: Step) -> Outcome:
     try:
         return Outcome(take(step))
+    except NotNeeded:  # no failure: the driver ends the draw
+        raise
     except Exception as exc:  # the plan decides what a failure means
         return Outcome(error=exc)
 
@@ -173,6 +191,12 @@ def course(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> Course[list
     started = time.perf_counter()
     try:
         reply = yield from _attempts(policy, k)
+    except CutShort as cut:  # the choices that landed stay; the rest are asked for one by one, within the deadline
+        cause = cut.__cause__ if isinstance(cut.__cause__, Exception) else cut
+        rest = subdraw(draw, tuple(i for i in draw.indices if i not in {c.index for c in cut.landed}))
+        if (left := remaining(policy, started)) is None:
+            return cut.landed + failed(rest, sampler, cause, time.perf_counter() - started)
+        return cut.landed + (yield Subdraw(rest, left, singles=True))
     except Exception as exc:
         if k > 1:
             return (yield from _after_failed_n(draw, sampler, policy, exc, started))
@@ -187,7 +211,7 @@ def course(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> Course[list
     if missing:  # a server that ignored `n`: the rest one by one, within the deadline
         if (left := remaining(policy, started)) is None:
             return done + failed(subdraw(draw, missing), sampler, _deadline_passed(policy), 0.0)
-        done += yield Subdraw(subdraw(draw, missing), left, singles=True)
+        done += yield Subdraw(subdraw(draw, missing), left, singles=True, landed=tuple(done))
     return done
 
 

@@ -60,11 +60,16 @@ def _wait(policy: CandidatePolicy) -> wait_exponential_jitter:
     return wait_exponential_jitter(multiplier=policy.backoff_initial_s, max=policy.backoff_max_s)
 
 
-def retrying(policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying]) -> Any:
+def retrying(
+    policy: CandidatePolicy, cls: type[Retrying] | type[AsyncRetrying], sleep: Callable[[float], None] | None = None
+) -> Any:
+    """tenacity's retrying of transient errors under `policy`; `sleep`, a blocking one's waits (tenacity's own
+    `time.sleep` by default)."""
     stop = stop_after_attempt(policy.max_attempts)
     if policy.deadline_s is not None:
         stop |= stop_after_delay(policy.deadline_s)
-    return cls(stop=stop, wait=_wait(policy), retry=retry_if_exception(is_transient), reraise=True)
+    options = {"sleep": sleep} if sleep is not None else {}
+    return cls(stop=stop, wait=_wait(policy), retry=retry_if_exception(is_transient), reraise=True, **options)
 
 
 def one_attempt(policy: CandidatePolicy, k: int) -> bool:

@@ -22,8 +22,10 @@ from tenacity import AsyncRetrying, Retrying
 
 from aggregate_graph.drawing.course import (
     Attempt,
+    CutShort,
     Done,
     Draw,
+    NotNeeded,
     Outcome,
     Retried,
     Step,
@@ -38,7 +40,6 @@ from aggregate_graph.drawing.course import (
 )
 from aggregate_graph.drawing.n_support import is_stream_refusal, learn_stream_refused, refuses_stream
 from aggregate_graph.drawing.replies import (
-    OnChoice,
     RepliesDirectly,
     Reply,
     ReplyChoice,
@@ -116,6 +117,13 @@ class Drawer:
         """Whether the wave is settled, so that a request not yet sent is not sent."""
         return self.settling is not None and self.settling.settled
 
+    def settled_within(self, seconds: float) -> bool:
+        """Waits `seconds` (a blocking retry's pause), or less: True, at once, when the wave is or becomes settled."""
+        if self.settling is None:
+            time.sleep(seconds)
+            return False
+        return self.settling.wait(seconds)
+
     def streams_choices(self, draw: Draw, blocking: bool) -> bool:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled
         (`stream_candidates`): a request with `n` (`StreamsChoices`: the client's own `create`, nothing observing
@@ -140,22 +148,34 @@ def _unless_stream_refused(exc: Exception, sampler: Sampler) -> None:
     learn_stream_refused(sampler.endpoint)
 
 
-def _choice_reporter(draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> OnChoice:
+class _ChoiceReporter:
     """Reports each choice of a streamed request with `n` as it finishes, as the candidate at the next of the draw's
-    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished). A single
-    request's one choice is not reported early: it lands when its stream ends, a chunk later, and a retry's
-    choice would have no index left."""
-    started, indices = time.perf_counter(), iter(draw.indices)
-    if len(draw.indices) == 1:
-        return lambda choice: None
+    indices (`candidates_of` numbers the reply's choices in the same order: the order they finished), and keeps
+    them: a request that fails afterwards keeps those that landed (`CutShort`). A single request's one choice is
+    not reported early: it lands when its stream ends, a chunk later, and a retry's choice would have no index
+    left."""
 
-    def on_choice(choice: ReplyChoice) -> None:
-        if (index := next(indices, None)) is None:  # an attempt given up on that still streams: not this draw's
-            return
-        single = subdraw(draw, (index,))
-        report(candidates_of(Reply([choice], None), single, drawer.sampler, time.perf_counter() - started, policy)[0])
+    def __init__(self, draw: Draw, policy: CandidatePolicy, drawer: Drawer, report: OnDrawn) -> None:
+        self.draw, self.policy, self.drawer, self.report = draw, policy, drawer, report
+        self.started, self._indices = time.perf_counter(), iter(draw.indices if len(draw.indices) > 1 else ())
+        self._landed: list[Candidate] = []
+        self._lock = threading.Lock()  # a blocking attempt given up on may still stream in its thread
 
-    return on_choice
+    def __call__(self, choice: ReplyChoice) -> None:
+        with self._lock:
+            if (index := next(self._indices, None)) is None:  # a single request, or an attempt that failed
+                return
+            single = subdraw(self.draw, (index,))
+            latency = time.perf_counter() - self.started
+            landed = candidates_of(Reply([choice], None), single, self.drawer.sampler, latency, self.policy)[0]
+            self._landed += landed
+        self.report(landed)
+
+    def stop(self) -> list[Candidate]:
+        """The candidates reported, once the request failed: none is reported after this."""
+        with self._lock:
+            self._indices = iter(())
+            return list(self._landed)
 
 
 def _once(on_drawn: OnDrawn | None) -> OnDrawn:
@@ -183,7 +203,7 @@ def draw_candidates(
     rest once settled)."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
-    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=True) else None
+    streamed = _ChoiceReporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=True) else None
 
     def call(given_up: Callable[[], bool]) -> Reply:
         if streamed is not None:
@@ -205,24 +225,37 @@ def draw_candidates(
         given_up = threading.Event()
         try:
             return with_timeout(lambda: call(given_up.is_set), policy.timeout_s)
+        except Exception as exc:
+            if streamed is None or not (landed := streamed.stop()):
+                raise
+            raise CutShort(landed) from exc
         finally:
             given_up.set()  # an attempt that timed out and still streams is closed at its next event
+
+    def pause(seconds: float) -> None:  # a retry's wait, ended once the wave is settled: the retry is not needed
+        if drawer.settled_within(seconds):
+            raise NotNeeded
 
     def take(step: Step) -> Any:
         match step:
             case Attempt():
                 return attempt()
             case Wait(seconds):
-                return time.sleep(seconds)
+                return pause(seconds)
             case Retried(rest):
-                return retrying(rest, Retrying)(attempt)
-            case Subdraw(sub, left, singles):
+                return retrying(rest, Retrying, sleep=pause)(attempt)
+            case Subdraw(sub, left, singles, landed):
+                report(list(landed))
                 return (draw_singles if singles else draw_candidates)(sub, left, drawer, report)
 
     plan = course(draw, sampler, policy)
-    step = resume(plan, Outcome())
-    while not isinstance(step, Done):
-        step = resume(plan, capture(take, step))
+    try:
+        step = resume(plan, Outcome())
+        while not isinstance(step, Done):
+            step = resume(plan, capture(take, step))
+    except NotNeeded:  # settled before this draw's retry was sent: nothing of it landed
+        plan.close()
+        return []
     report(step.value)
     return step.value
 
@@ -255,7 +288,7 @@ async def adraw_candidates(
     """Async `draw_candidates`."""
     sampler, report = drawer.sampler, _once(on_drawn)
     messages, kwargs = drawer.request(draw)
-    streamed = _choice_reporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=False) else None
+    streamed = _ChoiceReporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=False) else None
 
     async def call() -> Reply:
         if streamed is not None:
@@ -268,7 +301,7 @@ async def adraw_candidates(
             return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
         return reply_of(await sampler.model.agenerate([messages], **kwargs))
 
-    async def attempt() -> Reply:
+    async def timed_attempt() -> Reply:
         timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
         try:
             async with timeout:
@@ -278,6 +311,14 @@ async def adraw_candidates(
                 raise
             raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
 
+    async def attempt() -> Reply:
+        try:
+            return await timed_attempt()
+        except Exception as exc:
+            if streamed is None or not (landed := streamed.stop()):
+                raise
+            raise CutShort(landed) from exc
+
     async def take(step: Step) -> Any:
         match step:
             case Attempt():
@@ -286,7 +327,8 @@ async def adraw_candidates(
                 return await asyncio.sleep(seconds)
             case Retried(rest):
                 return await retrying(rest, AsyncRetrying)(attempt)
-            case Subdraw(sub, left, singles):
+            case Subdraw(sub, left, singles, landed):
+                report(list(landed))
                 return await (adraw_singles if singles else adraw_candidates)(sub, left, drawer, report)
 
     plan = course(draw, sampler, policy)

@@ -40,6 +40,7 @@ class Settling:
         self._latest = max(self._stamps.values(), default=0.0)
         self._tasks: set[asyncio.Task] = set()
         self._lock = threading.Lock()  # sync draws land from worker threads
+        self._settled = threading.Event()  # what a blocking retry's wait watches (`wait`)
         self.settled = False
 
     def land(self, candidates: Iterable[Candidate]) -> None:
@@ -62,8 +63,13 @@ class Settling:
             if not self._is_settled(list(self._checked.values()), self.n - len(self._landed)):
                 return
             self.settled, tasks = True, [t for t in self._tasks if not t.done() and t is not _running_task()]
+            self._settled.set()
         for task in tasks:  # not the task landing: cancelled, it would drop the result it is returning
             task.cancel()
+
+    def wait(self, seconds: float) -> bool:
+        """Waits up to `seconds` for the decision to settle: whether it is settled."""
+        return self._settled.wait(seconds)
 
     def stamp(self, candidates: Iterable[Candidate]) -> None:
         """Give candidates rebuilt from a reply (a streamed request's choices, once it ends) the times their
