@@ -1,6 +1,7 @@
 """The CLI as a user runs it: a real subprocess against a real OpenAI-compatible server; its mistakes, in-process."""
 
 import importlib.metadata
+import io
 import json
 import os
 import subprocess
@@ -11,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from aggregate_graph.aggregators import MajorityVote
 from aggregate_graph.cli.common import DEBUG_ENV, CLIError, quiet_libraries, run_command
-from aggregate_graph.cli.main import _model, main, parser
+from aggregate_graph.cli.main import _model, _show, main, parser
 from aggregate_graph.cli.serve import _server_key
+from aggregate_graph.sample_set import Candidate, SampleSet
 
 pytestmark = pytest.mark.usefixtures("restored_environment")  # main() runs in-process below
 
@@ -249,3 +252,25 @@ def test_ask_runs_the_embedded_model_on_one_thread_by_default() -> None:
     model = _model(parser().parse_args(["ask", "q"]))
     assert (model.torch_threads, model.dtype) == (1, "auto")
     assert _model(parser().parse_args(["ask", "q", "--model", "local", "--threads", "2"])).torch_threads == 2
+
+
+@pytest.mark.parametrize(
+    ("metadata", "said"),
+    [
+        ({"samples_saved": 3, "cancelled": [2, 3, 4]}, "3 samples saved: 3 cancelled once the vote was settled"),
+        ({"samples_saved": 4, "cancelled": []}, "4 samples saved: 4 not drawn: adaptive sampling stopped early"),
+        (
+            {"samples_saved": 4, "cancelled": [4]},
+            "4 samples saved: 1 cancelled once the vote was settled; 3 not drawn: adaptive sampling stopped early",
+        ),
+    ],
+    ids=["settled", "adaptive", "both"],
+)
+def test_ask_says_why_samples_were_saved(metadata: dict, said: str) -> None:
+    # settling early cancels the requests still out; adaptive sampling leaves later waves undrawn
+    candidates = [Candidate(index=i, text="#### 42", answer="42") for i in range(2)]
+    sample_set = SampleSet(question="6*7?", candidates=candidates, requested_n=5, metadata=metadata)
+    sample_set = sample_set.model_copy(update={"aggregation": MajorityVote().invoke(sample_set)})
+    out = io.StringIO()
+    _show(sample_set, out)
+    assert said in out.getvalue() and "Adaptive sampling stopped early" not in out.getvalue()

@@ -144,9 +144,11 @@ def _show(sample_set: SampleSet, out: Any) -> None:
         print(f"Aggregator model: {shown} ({verdict})", file=out)
     elif agg.details.get("skipped") == "unanimous":
         print("Aggregator model not asked: one answer among the candidates", file=out)
-    saved = sample_set.metadata.get("samples_saved")
-    if saved:
-        print(f"Adaptive sampling stopped early: {saved} samples saved", file=out)
+    saved, cancelled = sample_set.metadata.get("samples_saved"), len(sample_set.metadata.get("cancelled") or [])
+    if saved:  # settling early cancels requests; adaptive sampling leaves later waves undrawn
+        ways = [f"{cancelled} cancelled once the vote was settled"] if cancelled else []
+        ways += [f"{saved - cancelled} not drawn: adaptive sampling stopped early"] if saved > cancelled else []
+        print(f"{saved} samples saved: {'; '.join(ways)}", file=out)
     if agg.answer is not None:
         print(f"Final answer: {agg.answer}", file=out)
     else:
