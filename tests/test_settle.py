@@ -595,3 +595,35 @@ def test_a_blocking_run_sends_no_retry_once_settled():
         assert up.calls == 5  # no retry sent
     assert sample_set.aggregation.answer == "42" and not sample_set.failed
     assert len(sample_set.metadata["cancelled"]) == 2 and elapsed < 1.5  # not failures, and not waited for
+
+
+@pytest.mark.parametrize("client", [OpenAI, AsyncOpenAI], ids=["sync", "async"])
+def test_a_streamed_call_still_streams_and_closes_its_n_request(client: type[OpenAI | AsyncOpenAI]):
+    # `stream=True` reads the graph's stream; a vote runs no chat model, so no chat model events are read, nothing
+    # observes the candidates' request, and it is streamed and closed once settled as without `stream=True`
+    long_41 = "The answer is 41. " + "so " * 150
+    replies = ["The answer is 42."] * 3 + [long_41] * 2
+    with OpenAITestServer(lambda body, sample: replies[sample % 5], token_latency_s=0.02) as upstream:
+        wrapped = wrap_openai(
+            client(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, stream_candidates=True
+        )
+
+        async def chunks() -> list[Any]:
+            stream = await wrapped.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+            )
+            return [chunk async for chunk in stream]
+
+        if client is AsyncOpenAI:
+            streamed = asyncio.run(chunks())
+        else:
+            streamed = list(
+                wrapped.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+                )
+            )
+        (sample_set,) = [s for chunk in streamed for s in sample_sets_from(chunk) or []]
+        stats = stats_once_aborted(upstream, 1)
+    assert upstream.requests[0].get("stream") is True and upstream.requests[0].get("n") == 5
+    assert sample_set.aggregation.answer == "42" and sorted(sample_set.metadata["cancelled"]) == [3, 4]
+    assert stats["aborted"] == 1

@@ -21,6 +21,10 @@ class Aggregator(Runnable[SampleSet, Aggregation], ABC):
 
     name: str | None = None
     votes_on_json: ClassVar[bool] = False  # chosen by name for structured output, which StructuredVote decides
+    # whether deciding may run a chat model whose tokens a streamed call shows (`reasoning_content`): a streamed call
+    # of an aggregator that runs none reads no chat model events, so that its candidate requests stay unobserved
+    # and can go straight to the client (`RepliesDirectly`), streamed and closed once settled (`stream_candidates`)
+    runs_chat_model: ClassVar[bool] = True
 
     @abstractmethod
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation: ...

@@ -61,6 +61,7 @@ class MajorityVote(Aggregator):
     """
 
     name = "majority"  # the name every surface selects it by (load_aggregator, wrap_openai, the CLI)
+    runs_chat_model = False
     votes_on_json = True  # a plain vote: on structured output, the vote of the parsed JSON values
 
     @classmethod

@@ -39,6 +39,7 @@ class Medoid(Aggregator):
     only when no candidate succeeded with any text."""
 
     name = "medoid"
+    runs_chat_model = False
 
     def aggregate(self, sample_set: SampleSet, config: RunnableConfig | None = None) -> Aggregation:
         started = time.perf_counter()

@@ -42,6 +42,7 @@ class StructuredVote(Aggregator):
     when no candidate's content parses as JSON."""
 
     name = "structured_vote"
+    runs_chat_model = False
     votes_on_json = True
 
     @staticmethod

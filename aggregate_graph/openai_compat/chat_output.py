@@ -20,8 +20,14 @@ from aggregate_graph.sample_set import SampleSet, Usage
 from aggregate_graph.streaming import ANSWER_TAG
 
 SAMPLE_SETS_FIELD = "sample_sets"
-STREAM_MODES = ["custom", "messages", "values"]  # what a streamed call reads of the graph: see `ChunkWriter`
 CANDIDATE_FIELD = "candidate"
+
+
+def stream_modes(aggregator: object) -> list[str]:
+    """What a streamed call reads of a graph deciding with `aggregator` (`ChunkWriter.event`): the candidates'
+    progress, the state, and the aggregator model's tokens ("messages") where it may run a chat model
+    (`Aggregator.runs_chat_model`; a Runnable of another kind may)."""
+    return ["custom", "messages", "values"] if getattr(aggregator, "runs_chat_model", True) else ["custom", "values"]
 
 
 def _usage(sample_sets: list[SampleSet]) -> dict[str, int]:
@@ -122,7 +128,7 @@ class ChunkWriter:
         return self.chunk({"role": "assistant", "content": ""})
 
     def event(self, mode: str, data: Any) -> ChatCompletionChunk | None:
-        """A chunk for one item of the graph's `stream_mode=STREAM_MODES` stream, if it shows one; the graph's
+        """A chunk for one item of the graph's `stream_mode=stream_modes(...)` stream, if it shows one; the graph's
         state ("values") is kept for `closing`.
 
         A candidate's progress has an empty delta (so `chunk.choices[0].delta.content` stays safe to read)

@@ -22,13 +22,13 @@ from aggregate_graph.drawing.settings import CandidatePolicy
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.openai_compat.chat_output import (
-    STREAM_MODES,
     AsyncChunkStream,
     ChunkStream,
     ChunkWriter,
     aheld_until_under_way,
     completion,
     held_until_under_way,
+    stream_modes,
 )
 from aggregate_graph.openai_compat.client_model import (
     CALL_CONFIG_KEY,
@@ -105,11 +105,13 @@ def _longest(timeout: Any) -> Any:
 
 class Prepared(NamedTuple):
     """A call's compiled graph (shared by every call of the same shape), what the call itself sends (by the
-    graph's models' `call_key`), and the successful candidates it needs."""
+    graph's models' `call_key`), the successful candidates it needs, and what a streamed call reads of the graph
+    (`stream_modes`)."""
 
     graph: CompiledStateGraph
     calls: dict[str, CallSettings]
     min_candidates: int
+    stream_modes: list[str]
 
 
 _MODELS: dict[str, type[ClientChatModel]] = {"chat": OpenAIClientChatModel, "responses": OpenAIResponsesChatModel}
@@ -148,7 +150,7 @@ class ClientAggregator:
         self.aggregator_model, self.weights = aggregator_model, weights
         self.store, self.base_url = store, base_url.rstrip("/")
         self._accepted = {"chat": accepted_arguments(client.chat), "responses": accepted_arguments(client.responses)}
-        self._graphs: OrderedDict[tuple[Any, ...], CompiledStateGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[Any, ...], tuple[CompiledStateGraph, list[str]]] = OrderedDict()
         self._lock = threading.Lock()
         self.graphs_built = 0
         if isinstance(aggregator, str) and (missing := missing_options(aggregator, self.provided)):
@@ -264,11 +266,11 @@ class ClientAggregator:
         key = (plan.api, plan.model, n, min_candidates, method, tuple(policy.model_dump().items()))
         # Built under the lock (~3 ms, once per shape): concurrent first calls of one shape share one graph.
         with self._lock:
-            graph = self._graphs.get(key)
-            if graph is not None:
+            built = self._graphs.get(key)
+            if built is not None:
                 self._graphs.move_to_end(key)
             else:
-                graph = self._graphs[key] = self._build(plan, n, min_candidates, method, policy)
+                built = self._graphs[key] = self._build(plan, n, min_candidates, method, policy)
                 self.graphs_built += 1
                 while len(self._graphs) > _GRAPHS_KEPT:
                     self._graphs.popitem(last=False)
@@ -276,11 +278,11 @@ class ClientAggregator:
             "candidates": CallSettings(model=plan.model, request=plan.params, messages=plan.messages),
             "aggregator": self._aggregator_call(plan),
         }
-        return Prepared(graph, calls, min_candidates)
+        return Prepared(built[0], calls, min_candidates, built[1])
 
     def _build(
         self, plan: Plan, n: int, min_candidates: int, method: str | None, policy: CandidatePolicy
-    ) -> CompiledStateGraph:
+    ) -> tuple[CompiledStateGraph, list[str]]:
         if method == "structured":
             aggregator: Runnable[SampleSet, Aggregation] = StructuredVote()
         elif method is not None:
@@ -299,7 +301,7 @@ class ClientAggregator:
         options = AggregationOptions.of(
             self.options, n=n, aggregator=aggregator, policy=policy, min_candidates=min_candidates
         )
-        return build_aggregate_graph(model, options=options, store=self.store)
+        return build_aggregate_graph(model, options=options, store=self.store), stream_modes(aggregator)
 
     def error(self, exc: BaseException, api: str = "chat") -> BaseException:
         """What a call raises for `exc`: total failure as the upstream's openai exception (`errors`)."""
@@ -319,18 +321,18 @@ class ClientAggregator:
         return [result["sample_set"] for result in results]
 
     def run(self, plan: Plan) -> Any:
-        graph, calls, quorum = self.graph(plan)
+        graph, calls, quorum, modes = self.graph(plan)
         if plan.stream and plan.api == "chat":
-            chunks = self._stream(graph, calls, plan)
+            chunks = self._stream(graph, calls, plan, modes)
             return ChunkStream(chunks, held_until_under_way(chunks, quorum))
         results = graph.batch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
         answer = self._answer(plan, self._outcomes(results, plan.api))
         return ChunkStream(iter(typed_events(answer))) if plan.stream else answer
 
     async def arun(self, plan: Plan) -> Any:
-        graph, calls, quorum = self.graph(plan)
+        graph, calls, quorum, modes = self.graph(plan)
         if plan.stream and plan.api == "chat":
-            chunks = self._astream(graph, calls, plan)
+            chunks = self._astream(graph, calls, plan, modes)
             return AsyncChunkStream(chunks, await aheld_until_under_way(chunks, quorum))
         results = await graph.abatch([_graph_input(plan)] * plan.choices, _config(calls), return_exceptions=True)
         answer = self._answer(plan, self._outcomes(results, plan.api))
@@ -342,11 +344,13 @@ class ClientAggregator:
         aggregate is known, its parts all being decided together: `run` replays it as the standard events.)"""
         return completion(plan, sample_sets) if plan.api == "chat" else aggregated_response(plan, sample_sets[0])
 
-    def _stream(self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan) -> Iterator[Any]:
+    def _stream(
+        self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan, modes: list[str]
+    ) -> Iterator[Any]:
         writer = ChunkWriter(plan)
         yield writer.opening()
         try:
-            for mode, data in graph.stream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+            for mode, data in graph.stream(_graph_input(plan), _config(calls), stream_mode=modes):
                 if (chunk := writer.event(mode, data)) is not None:
                     yield chunk
         except QuorumError as exc:
@@ -354,12 +358,12 @@ class ClientAggregator:
         yield from writer.closing()
 
     async def _astream(
-        self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan
+        self, graph: CompiledStateGraph, calls: dict[str, CallSettings], plan: Plan, modes: list[str]
     ) -> AsyncIterator[Any]:
         writer = ChunkWriter(plan)
         yield writer.opening()
         try:
-            async for mode, data in graph.astream(_graph_input(plan), _config(calls), stream_mode=STREAM_MODES):
+            async for mode, data in graph.astream(_graph_input(plan), _config(calls), stream_mode=modes):
                 if (chunk := writer.event(mode, data)) is not None:
                     yield chunk
         except QuorumError as exc:
