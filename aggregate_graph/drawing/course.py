@@ -194,6 +194,8 @@ def course(draw: Draw, sampler: Sampler, policy: CandidatePolicy) -> Course[list
     except CutShort as cut:  # the choices that landed stay; the rest are asked for one by one, within the deadline
         cause = cut.__cause__ if isinstance(cut.__cause__, Exception) else cut
         rest = subdraw(draw, tuple(i for i in draw.indices if i not in {c.index for c in cut.landed}))
+        if not rest.indices:  # every choice had finished
+            return cut.landed
         if (left := remaining(policy, started)) is None:
             return cut.landed + failed(rest, sampler, cause, time.perf_counter() - started)
         return cut.landed + (yield Subdraw(rest, left, singles=True))
