@@ -71,8 +71,8 @@ class AggregationOptions(BaseModel):
             upstream sends it at the end; `sample_set.metadata["usage_unreported"]` names the candidates whose
             request reported none), the client's read timeout bounds the wait between chunks rather than the whole
             request, parsing a stream costs the client more CPU than one reply, and some upstreams refuse to stream
-            some models (a request refused so, 400 naming `stream`, is asked again unstreamed, and so are that
-            endpoint's later requests).
+            some models (a request refused so, 400 naming `stream` — or `stream_options`, on older Azure OpenAI
+            api-versions — is asked again unstreamed, and so are that endpoint's later requests).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid", frozen=True)

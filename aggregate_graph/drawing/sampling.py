@@ -171,11 +171,13 @@ class _ChoiceReporter:
             self._landed += landed
         self.report(landed)
 
-    def stop(self) -> list[Candidate]:
-        """The candidates reported, once the request failed: none is reported after this."""
+    def failed(self, exc: Exception) -> None:
+        """Once the request failed with `exc`: raises `CutShort` with the candidates reported, if any (the caller
+        raises `exc` otherwise). None is reported after this."""
         with self._lock:
-            self._indices = iter(())
-            return list(self._landed)
+            self._indices, landed = iter(()), list(self._landed)
+        if landed:
+            raise CutShort(landed) from exc
 
 
 def _once(on_drawn: OnDrawn | None) -> OnDrawn:
@@ -226,9 +228,9 @@ def draw_candidates(
         try:
             return with_timeout(lambda: call(given_up.is_set), policy.timeout_s)
         except Exception as exc:
-            if streamed is None or not (landed := streamed.stop()):
-                raise
-            raise CutShort(landed) from exc
+            if streamed is not None:
+                streamed.failed(exc)
+            raise
         finally:
             given_up.set()  # an attempt that timed out and still streams is closed at its next event
 
@@ -315,9 +317,9 @@ async def adraw_candidates(
         try:
             return await timed_attempt()
         except Exception as exc:
-            if streamed is None or not (landed := streamed.stop()):
-                raise
-            raise CutShort(landed) from exc
+            if streamed is not None:
+                streamed.failed(exc)
+            raise
 
     async def take(step: Step) -> Any:
         match step:

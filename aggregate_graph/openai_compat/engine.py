@@ -278,7 +278,8 @@ class ClientAggregator:
             "candidates": CallSettings(model=plan.model, request=plan.params, messages=plan.messages),
             "aggregator": self._aggregator_call(plan),
         }
-        return Prepared(built[0], calls, min_candidates, built[1])
+        graph, modes = built
+        return Prepared(graph, calls, min_candidates, modes)
 
     def _build(
         self, plan: Plan, n: int, min_candidates: int, method: str | None, policy: CandidatePolicy
