@@ -579,7 +579,10 @@ def test_the_first_call_to_an_endpoint_ignoring_n_settles_on_its_one_choice_too(
         )
         elapsed = time.perf_counter() - started
         (sample_set,) = sample_sets_from(completion)
-    assert sample_set.aggregation.answer == "42" and sorted(sample_set.metadata["cancelled"]) == [3, 4]
+    # the four singles race to the server, so which candidate indices drew the two slow replies varies by run
+    cancelled = set(sample_set.metadata["cancelled"])
+    assert sample_set.aggregation.answer == "42" and len(cancelled) == 2 and cancelled <= {1, 2, 3, 4}
+    assert [c.answer for c in sample_set.candidates if c.index not in cancelled] == ["42"] * 3
     assert elapsed < 2.0
 
 
