@@ -6,8 +6,9 @@
    call: the graph over `ChatOpenAI` ÷ the same `ChatOpenAI` calls (the graph's own overhead) and ÷ bare
    `openai`-client calls (ChatOpenAI's own cost included); a `wrap_openai` client's call ÷ bare `openai`-client
    calls. Against a server that ignores `n` (with `use_n=False`) and one that refuses it (default policy).
-   Each row gives the two sides' median wall times, the median of 25 rounds' paired ratios with their
-   interquartile range, then the median ratio of the client process's CPU time.
+   Each row gives the two sides' median wall times, the median of 50 rounds' paired ratios with their
+   interquartile range and a bootstrap 90% interval of that median (whether a target is met is read there),
+   then the median ratio of the client process's CPU time.
 2. Prompt tokens billed for N = 8 candidates with and without `n` support on the server.
 3. The package's own time per call: a `wrap_openai` call ÷ a gather of the same bare calls, both through an
    `openai` client whose transport answers at once (no server, no socket), N = 1, 8 and 64: what the wrapping
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import gc
 import itertools
+import random
 import statistics
 import subprocess
 import sys
@@ -46,7 +48,7 @@ from aggregate_graph.sample_set import Candidate
 from training.pools import load_qwen_math
 
 LATENCY_S = 0.1
-REPEATS = 25
+REPEATS = 50
 SETTLE_S = 0.15
 QUESTION = "A farmer has 17 sheep and buys 3 times as many goats as sheep, then sells 12 goats. " * 8
 
@@ -130,14 +132,23 @@ async def _interleaved(
     return timings
 
 
+def _median_interval(values: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """A bootstrap 90% interval of the median of `values` (seeded: the same rounds give the same interval)."""
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(values, k=len(values))) for _ in range(resamples))
+    return medians[resamples // 20], medians[resamples - resamples // 20 - 1]
+
+
 def _ratio(side: Timings, over: Timings) -> str:
-    """The median of the rounds' wall-time ratios with their interquartile range, then the CPU-time ratio's
-    median: on a shared 2-core machine single runs swing by ±10 %, paired ratios far less."""
+    """The median of the rounds' wall-time ratios with their interquartile range and the median's 90% interval,
+    then the CPU-time ratio's median: on a shared 2-core machine single runs swing by ±10 %, paired ratios far
+    less, and the median of 50 of them to within about ±0.015."""
     walls = [a / b for a, b in zip(side.wall, over.wall, strict=True)]
     low, median, high = statistics.quantiles(walls, n=4)
+    below, above = _median_interval(walls)
     cpu = statistics.median(a / b for a, b in zip(side.cpu, over.cpu, strict=True))
     ms = f"{statistics.median(side.wall) * 1000:.0f}/{statistics.median(over.wall) * 1000:.0f} ms"
-    return f"{ms}; paired {median:.3f} ({low:.2f}–{high:.2f}); CPU {cpu:.3f}"
+    return f"{ms}; paired {median:.3f} ({low:.2f}–{high:.2f}; median in {below:.3f}–{above:.3f}); CPU {cpu:.3f}"
 
 
 async def fanout_rows(
