@@ -180,6 +180,12 @@ class _Nodes:
         a Runnable without `settled` waits for every candidate)."""
         if sum(c.ok for c in landed) < self.min_candidates or not hasattr(self.aggregator, "settled"):
             return False
+        sample_set = SampleSet(question=question, candidates=landed)  # the same candidate objects, read below
+        votes = {key: float(len(members)) for key, members in tool_choices(sample_set).items()}
+        if not stays_first(votes, outstanding):  # a tool plan out there could still win
+            return False
+        if max(votes, key=votes.__getitem__) != ANSWER_NOW:  # a tool plan wins, whatever the texts say
+            return True
         # the answers must read the same once all are in: the set's type settled, and a type that reads each text
         # alone (a span is read against the set's other short answers, so a later one can re-read a sentence)
         texts = [c.text for c in landed if c.ok]
@@ -187,12 +193,6 @@ class _Nodes:
         if answer_type in (None, "span"):
             return False
         self._read(question, landed, answer_type if answer_type in ANSWER_TYPES else None)  # as one set
-        sample_set = SampleSet(question=question, candidates=landed)
-        votes = {key: float(len(members)) for key, members in tool_choices(sample_set).items()}
-        if not stays_first(votes, outstanding):  # a tool plan out there could still win
-            return False
-        if max(votes, key=votes.__getitem__) != ANSWER_NOW:
-            return True
         return bool(self.aggregator.settled(answering(sample_set), outstanding))
 
     def _settling(self, draw: Draw) -> Settling | None:

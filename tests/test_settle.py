@@ -36,6 +36,7 @@ from aggregate_graph.graph import _Nodes
 from aggregate_graph.openai_compat.client_model import OpenAIClientChatModel
 from aggregate_graph.reading.answers import group_equivalent
 from aggregate_graph.sample_set import Candidate, SampleSet
+from aggregate_graph.testing import tool_calls_reply
 from aggregate_graph.testing.openai_server import OpenAITestServer
 from tests.test_proxy import CLIENT_KEY, proxy_for
 from training.data import one_model
@@ -583,6 +584,46 @@ def test_the_first_call_to_an_endpoint_ignoring_n_settles_on_its_one_choice_too(
     cancelled = set(sample_set.metadata["cancelled"])
     assert sample_set.aggregation.answer == "42" and len(cancelled) == 2 and cancelled <= {1, 2, 3, 4}
     assert [c.answer for c in sample_set.candidates if c.index not in cancelled] == ["42"] * 3
+    assert elapsed < 2.0
+
+
+MULTIPLY_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "multiply",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    },
+}
+
+
+@pytest.mark.parametrize("surface", ["wrap_openai", "graph"])
+def test_a_tool_plan_settles_the_vote_though_its_candidates_state_no_text(surface: str):
+    # three fast candidates call multiply(6, 7), two slow ones multiply(6, 8): 3 > 0 + 2 settles the tool-plan
+    # vote, though the candidates' empty texts say nothing of an answer type
+    plans = [tool_calls_reply(("multiply", {"a": 6, "b": 7}))] * 3 + [
+        tool_calls_reply(("multiply", {"a": 6, "b": 8}))
+    ] * 2
+    with OpenAITestServer(
+        lambda body, sample: plans[sample % 5], latency_s=by_arrival([0.05] * 3 + [3.0] * 2), n_mode="reject"
+    ) as upstream:
+        started = time.perf_counter()
+        if surface == "wrap_openai":
+            wrapped = wrap_openai(AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+            completion = asyncio.run(
+                wrapped.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": QUESTION}], tools=[MULTIPLY_TOOL]
+                )
+            )
+            (sample_set,) = sample_sets_from(completion)
+        else:
+            graph = build_aggregate_graph(chat(upstream).bind_tools([MULTIPLY_TOOL]), n=5, policy={"use_n": False})
+            sample_set = asyncio.run(graph.ainvoke({"messages": [("user", QUESTION)]}))["sample_set"]
+        elapsed = time.perf_counter() - started
+        stats = stats_once_aborted(upstream, 2)
+    assert [(call["name"], call["args"]) for call in sample_set.aggregation.tool_calls] == [
+        ("multiply", {"a": 6, "b": 7})
+    ]
+    assert len(sample_set.metadata["cancelled"]) == 2 and not sample_set.failed and stats["aborted"] == 2
     assert elapsed < 2.0
 
 
