@@ -94,6 +94,8 @@ def test_the_proxy_settings_and_the_cli_flags_map_onto_the_options(serve):
     assert (mapped.n, mapped.min_candidates, mapped.answer_type, mapped.settle) == (4, 2, "boolean", False)
     with pytest.raises(ValidationError, match="min_candidates must be between 1 and n=3, got 4"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", n=3, min_candidates=4)
+    with pytest.raises(ValidationError, match="policy\n  Extra inputs are not permitted"):  # no silent default
+        ProxyConfig(upstream="http://127.0.0.1:1/v1", policy={"use_n": False})
     argv = ["ask", "q", "--n", "3", "--answer-type", "choice", "--temperatures", "0.2", "1.0", "--no-settle"]
     flags = cli_options(parser().parse_args(argv))
     assert (flags.n, flags.answer_type, flags.temperatures, flags.settle) == (3, "choice", (0.2, 1.0), False)

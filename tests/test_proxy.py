@@ -249,6 +249,21 @@ def test_slots_are_freed_after_streams_errors_and_refusals(serve) -> None:
     assert response.choices[0].message.content
 
 
+@pytest.mark.parametrize("settle", [True, False])
+def test_a_client_hanging_up_midstream_cancels_the_candidate_requests_still_out(serve, settle: bool) -> None:
+    # the upstream refuses n at once, then the probe's single answers at once and the other four would take 8 s;
+    # the client reads the first chunk and hangs up: the proxy closes their requests, as it does once a vote settles
+    upstream = serve(["The answer is 42."], latency_s=lambda body, k: 0.05 if k < 2 else 8.0, n_mode="reject")
+    with proxy_for(upstream, n=5, settle=settle) as url:
+        client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
+        with client.chat.completions.create(model="m", messages=QUESTION, stream=True) as stream:
+            next(iter(stream))
+        deadline = time.monotonic() + 3.0
+        while (upstream.in_flight or upstream.aborted < 4) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert upstream.in_flight == 0 and upstream.aborted == 4 and upstream.samples_served == 1
+
+
 def test_a_stream_every_candidate_fails_is_answered_with_its_status_not_a_200(serve) -> None:
     upstream = serve(failure_rate=1.0, failure_status=404, failure_message="The model 'nope' does not exist")
     with proxy_for(upstream, upstream_retries=0) as url:

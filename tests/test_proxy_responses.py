@@ -24,7 +24,7 @@ def proxy_client(url: str) -> AsyncOpenAI:
 async def test_an_agents_sdk_agent_gets_the_voted_tool_call_and_answers_with_its_result(serve) -> None:
     upstream = serve(tool_replies, apis=("responses",))
     ran: list[tuple[int, int]] = []
-    with proxy_for(upstream, n=3) as url:
+    with proxy_for(upstream, n=3, settle=False) as url:  # every candidate, to count the calls
         result = await Runner.run(agent_with_multiply(proxy_client(url), ran), "What is 6 times 7?")
     assert ran == [(6, 7)]  # the plan two of three candidates chose, run once
     assert result.final_output == "6 times 7 is 42. The answer is 42."
@@ -39,7 +39,7 @@ async def test_an_agents_sdk_agent_gets_the_voted_tool_call_and_answers_with_its
 async def test_a_streamed_agents_sdk_run_gets_the_same(serve) -> None:
     upstream = serve(tool_replies, apis=("responses",))
     ran: list[tuple[int, int]] = []
-    with proxy_for(upstream, n=3) as url:
+    with proxy_for(upstream, n=3, settle=False) as url:  # every candidate, to count the calls
         streamed = Runner.run_streamed(agent_with_multiply(proxy_client(url), ran), "What is 6 times 7?")
         raw = [event.data.type async for event in streamed.stream_events() if event.type == "raw_response_event"]
     assert ran == [(6, 7)] and upstream.calls == 6

@@ -125,7 +125,7 @@ def test_output_text_is_the_majority_answer_and_a_model_aggregator_is_asked_thro
 
 async def test_async_streamed_call_gives_the_standard_events_ending_with_the_sample_set(serve) -> None:
     upstream = responses_only(serve, tool_replies)
-    wrapped = wrap_openai(client(upstream, AsyncOpenAI), n=3)
+    wrapped = wrap_openai(client(upstream, AsyncOpenAI), n=3, settle=False)  # every candidate, to count them
     stream = await wrapped.responses.create(model="m", input="What is 6 times 7?", tools=[MULTIPLY], stream=True)
     events = [event async for event in stream]
     assert [e.type for e in events] == [
@@ -212,7 +212,7 @@ def test_aggregation_off_sends_one_call_unchanged(serve) -> None:
 async def test_an_agents_sdk_agent_on_a_wrapped_client_runs_the_voted_call_plain_and_streamed(serve) -> None:
     upstream = responses_only(serve, tool_replies)
     ran: list[tuple[int, int]] = []
-    agent = agent_with_multiply(wrap_openai(client(upstream, AsyncOpenAI), n=3), ran)
+    agent = agent_with_multiply(wrap_openai(client(upstream, AsyncOpenAI), n=3, settle=False), ran)  # count calls
     result = await Runner.run(agent, "What is 6 times 7?")
     assert result.final_output == "6 times 7 is 42. The answer is 42." and ran == [(6, 7)] and upstream.calls == 6
     # streamed, the SDK calls responses.with_streaming_response.create(stream=True): the aggregated stream comes in

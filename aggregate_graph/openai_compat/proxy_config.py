@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from aggregate_graph.aggregators.registry import OPTIONS, aggregator_names, known_aggregator, missing_options
 from aggregate_graph.options import AggregationOptions
@@ -28,6 +28,8 @@ _FIELDS = {"weights": "aggregator_weights (--aggregator-weights FILE)"}  # the o
 
 class ProxyConfig(BaseModel):
     """Everything the proxy is started with; the CLI flags map onto these fields."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not a default silently kept
 
     upstream: str = Field(description="base URL of the upstream OpenAI-compatible API, e.g. https://api.openai.com/v1")
     upstream_api_key: SecretStr = SecretStr("EMPTY")

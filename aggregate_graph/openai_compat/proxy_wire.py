@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -98,20 +98,37 @@ async def sse_events(
 ) -> AsyncIterator[str]:
     """The chunks (or Responses events) of `stream` as server-sent events, scrubbed, until `deadline`; an error
     after the 200 is sent in-stream, as OpenAI does. The stream's slot is released, and the stream closed, when it
-    ends. A chat stream ends with [DONE]; a Responses stream with its closing event."""
+    ends or the client goes (the candidate requests still out are then cancelled, as once a vote settles). A chat
+    stream ends with [DONE]; a Responses stream with its closing event."""
     event = _responses_event if api == "responses" else sse
-    sent = 0
+    read: asyncio.Queue[tuple[Literal["chunk", "error", "end"], Any]] = asyncio.Queue()
+
+    async def reader() -> None:
+        # Its own task: when the client goes, the server cancels the response body through an anyio cancel scope,
+        # which cancels every await under it again and again, so that closing the graph's stream there would never
+        # finish and the candidate requests still out would run on. This task is cancelled once, and closes it.
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for chunk in stream:
+                    read.put_nowait(("chunk", chunk))
+        except Exception as exc:
+            read.put_nowait(("error", exc))
+        finally:
+            release()
+            await stream.close()
+            read.put_nowait(("end", None))
+
+    reading, sent = asyncio.create_task(reader()), 0
     try:
-        async with asyncio.timeout_at(deadline):
-            async for chunk in stream:
-                yield event(scrub.payload(chunk.model_dump(mode="json", exclude_unset=True, by_alias=True)))
-                sent += 1
-    except Exception as exc:
-        body = to_error(exc).body()
-        yield event(_responses_error(body, sent) if api == "responses" else body)
+        while (item := await read.get())[0] != "end":
+            if item[0] == "error":
+                body = to_error(item[1]).body()
+                yield event(_responses_error(body, sent) if api == "responses" else body)
+                continue
+            yield event(scrub.payload(item[1].model_dump(mode="json", exclude_unset=True, by_alias=True)))
+            sent += 1
     finally:
-        release()
-        await stream.close()
+        reading.cancel()  # nothing, once it has ended
     if api == "chat":
         yield SSE_DONE
 
