@@ -587,6 +587,31 @@ def test_the_first_call_to_an_endpoint_ignoring_n_settles_on_its_one_choice_too(
     assert elapsed < 2.0
 
 
+def test_replies_already_at_the_client_when_the_vote_settles_are_kept():
+    # every reply reaches the client while its event loop is held, so the vote settles on three of them with the
+    # other two already there, paid for: they are read, not cancelled, and their tokens are in the usage
+    replies = ["The answer is 42."] * 3 + ["The answer is 41."] * 2
+    with OpenAITestServer(lambda body, sample: replies[sample % 5], latency_s=0.1, n_mode="reject") as upstream:
+        wrapped = wrap_openai(AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+
+        async def call() -> SampleSet:
+            async def hold_the_loop() -> None:
+                await asyncio.sleep(0.05)
+                time.sleep(0.5)  # the replies all arrive meanwhile
+
+            holder = asyncio.create_task(hold_the_loop())
+            messages = [{"role": "user", "content": QUESTION}]
+            (sample_set,) = sample_sets_from(await wrapped.chat.completions.create(model="m", messages=messages))
+            await holder
+            return sample_set
+
+        sample_set = asyncio.run(call())
+        stats = upstream.stats()
+    assert sample_set.aggregation.answer == "42" and len(sample_set.candidates) == 5
+    assert sample_set.metadata["cancelled"] == [] and stats["aborted"] == 0
+    assert sample_set.usage.completion_tokens == stats["completion_tokens_served"]
+
+
 MULTIPLY_TOOL = {
     "type": "function",
     "function": {

@@ -3,7 +3,8 @@ decision (`Aggregator.settled`), and the requests still out are cancelled.
 
 The draws of one wave — one task per sampler, or one per candidate under a checkpointer — share one `Settling`,
 which sees every candidate as it lands. Once the decision is settled, async requests in flight are cancelled (their
-HTTP connections close, so the upstream stops generating) and requests not yet sent are never sent. A blocking
+HTTP connections close, so the upstream stops generating) but those whose reply has already reached the client (read
+within a few turns of the event loop: `READ_TURNS`), and requests not yet sent are never sent. A blocking
 (sync) draw cannot cancel a request in flight: it waits for those and skips the ones not yet sent, or, with
 `stream_candidates`, streams each request — through an `openai` client (`StreamsChoices`) or the chat model's own
 `stream` (`streamed_reply`) — and closes it at its next event.
@@ -41,6 +42,7 @@ class Settling:
         self._tasks: set[asyncio.Task] = set()
         self._lock = threading.Lock()  # sync draws land from worker threads
         self._settled = threading.Event()  # what a blocking retry's wait watches (`wait`)
+        self._cancelling: asyncio.Task | None = None  # held: the loop keeps only a weak reference to a task
         self.settled = False
 
     def land(self, candidates: Iterable[Candidate]) -> None:
@@ -64,8 +66,9 @@ class Settling:
                 return
             self.settled, tasks = True, [t for t in self._tasks if not t.done() and t is not _running_task()]
             self._settled.set()
-        for task in tasks:  # not the task landing: cancelled, it would drop the result it is returning
-            task.cancel()
+        if tasks:  # not the task landing: cancelled, it would drop the result it is returning
+            # async draws land on their tasks' loop, so the cancelling task starts there
+            self._cancelling = tasks[0].get_loop().create_task(_cancel_once_read(tasks))
 
     def wait(self, seconds: float) -> bool:
         """Waits up to `seconds` for the decision to settle: whether it is settled."""
@@ -133,6 +136,23 @@ class Settlings:
         with self._lock:
             for key in [key for key in self._waves if key.startswith(f"{run_key}:")]:
                 del self._waves[key]
+
+
+# Turns of the event loop that the requests still out get once the decision settles, before they are cancelled: a
+# reply already at the client (its tokens paid for) is read within a few — each await of the client's read takes
+# one; ChatOpenAI's, which parses each reply in a worker thread, ~10 — where cancelling at once would drop it; a
+# request still out upstream stays out over so few turns (~0.3 ms).
+READ_TURNS = 32
+
+
+async def _cancel_once_read(tasks: list[asyncio.Task]) -> None:
+    """Cancel `tasks` but those that finish within `READ_TURNS` turns of the event loop."""
+    for _ in range(READ_TURNS):
+        if all(task.done() for task in tasks):
+            return
+        await asyncio.sleep(0)
+    for task in tasks:
+        task.cancel()
 
 
 def _running_task() -> asyncio.Task | None:
