@@ -87,6 +87,9 @@ def _responses_error(body: dict[str, Any], sequence_number: int) -> dict[str, An
     return {**error, "type": "error", "sequence_number": sequence_number, "error": error}
 
 
+_READERS: set[asyncio.Task[None]] = set()
+
+
 async def sse_events(
     stream: Any,
     *,
@@ -119,6 +122,8 @@ async def sse_events(
             read.put_nowait(("end", None))
 
     reading, sent = asyncio.create_task(reader()), 0
+    _READERS.add(reading)  # held until it ends: the loop keeps only a weak reference to a task
+    reading.add_done_callback(_READERS.discard)
     try:
         while (item := await read.get())[0] != "end":
             if item[0] == "error":
