@@ -228,7 +228,8 @@ def test_adaptive_sampling_draws_more_waves_on_disagreement(serve):
 def test_streaming_shows_each_candidate_as_it_lands(serve):
     # seed 0: of 4 requests only the 4th rolls under hang_rate, and sleeps 2 s before answering
     server = serve(["#### 42"], hang_rate=0.3, hang_s=2.0)
-    graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False))
+    # settle off: three 42s settle the vote, and a blocking run does not send the 4th if its pool thread is late
+    graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False), settle=False)
     started, progress, arrivals = time.perf_counter(), [], []
     for mode, event in graph.stream(ASK, stream_mode=["custom", "updates"]):
         if mode == "custom":
@@ -244,7 +245,9 @@ def test_streaming_shows_each_candidate_as_it_lands(serve):
 def test_a_wave_is_one_task_unless_a_checkpointer_saves_each_candidate(serve, saved):
     server = serve(["#### 42"], latency_s=0.02)
     checkpointer = InMemorySaver(serde=checkpoint_serde()) if saved else None
-    graph = build_aggregate_graph(chat(server), n=4, policy=CandidatePolicy(use_n=False), checkpointer=checkpointer)
+    graph = build_aggregate_graph(
+        chat(server), n=4, policy=CandidatePolicy(use_n=False), checkpointer=checkpointer, settle=False
+    )  # settle off: every candidate drawn (once settled, a request not yet sent is not sent)
     config = {"configurable": {"thread_id": "wave"}}
     updates = [next(iter(e)) for e in graph.stream(ASK, config, stream_mode="updates")]
     assert server.calls == 4 and updates.count("aggregate") == 1
@@ -286,6 +289,7 @@ def test_resume_after_an_aggregator_failure_does_not_redraw_candidates(serve):
         aggregator=aggregator,
         checkpointer=InMemorySaver(serde=checkpoint_serde()),
         policy=CandidatePolicy(use_n=False),
+        settle=False,  # every candidate drawn and counted (once settled, a request not yet sent is not sent)
     )
     config = {"configurable": {"thread_id": "t1"}}
     with pytest.raises(RuntimeError, match="aggregator crashed"):

@@ -171,6 +171,15 @@ def _concurrently(model: LocalChatModel, prompts: list[str], **options: object) 
         return list(pool.map(call, prompts))
 
 
+def _wide_arrival_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calls started together share a batch however late a loaded machine starts a thread (the batcher's own
+    window, 25 ms between arrivals, is what a graph's fan-out needs, not what a test can count on)."""
+    from aggregate_graph.local import batching
+
+    monkeypatch.setattr(batching, "ARRIVAL_GAP_S", 0.5)
+    monkeypatch.setattr(batching, "MAX_WAIT_S", 1.0)
+
+
 # top_p this small keeps only the likeliest token: a sampled call (so batched) that decodes as greedy does
 NEAR_GREEDY = {"temperature": 1.0, "top_p": 0.001}
 
@@ -186,6 +195,7 @@ def test_concurrent_calls_share_one_batch_and_decode_as_alone(
     decode = chat_model.decode_rows
     monkeypatch.setattr(chat_model, "decode_rows", lambda m, t, requests, *a: (batches.append(len(requests)),
                                                                                decode(m, t, requests, *a)))  # fmt: skip
+    _wide_arrival_window(monkeypatch)
     together = _concurrently(unseeded, prompts, **NEAR_GREEDY)
     alone = [model.invoke(p, temperature=0, max_new_tokens=12) for p in prompts]  # greedy: the unbatched path
     assert batches == [3]
@@ -195,8 +205,11 @@ def test_concurrent_calls_share_one_batch_and_decode_as_alone(
         assert message.response_metadata["finish_reason"] == single.response_metadata["finish_reason"]
 
 
-def test_a_row_that_ends_is_answered_before_the_batch_ends(unseeded: LocalChatModel) -> None:
+def test_a_row_that_ends_is_answered_before_the_batch_ends(
+    unseeded: LocalChatModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The stop string ends the first row after a few tokens; the second runs to max_new_tokens.
+    _wide_arrival_window(monkeypatch)
     greedy = unseeded.invoke("What is the capital of France?", temperature=0, max_new_tokens=40)
     words = greedy.text.split()
     assert len(words) >= 3, greedy.text

@@ -258,6 +258,9 @@ def test_a_client_hanging_up_midstream_cancels_the_candidate_requests_still_out(
         client = OpenAI(base_url=url, api_key=CLIENT_KEY, max_retries=0)
         with client.chat.completions.create(model="m", messages=QUESTION, stream=True) as stream:
             next(iter(stream))
+            deadline = time.monotonic() + 3.0  # the four slow singles sent (they follow the probe) before hanging up
+            while upstream.calls < 6 and time.monotonic() < deadline:
+                time.sleep(0.01)
         deadline = time.monotonic() + 3.0
         while (upstream.in_flight or upstream.aborted < 4) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -112,7 +112,7 @@ def test_the_tool_loop_sends_function_call_outputs_and_ends_in_the_voted_text(se
 
 def test_output_text_is_the_majority_answer_and_a_model_aggregator_is_asked_through_responses(serve) -> None:
     upstream = responses_only(serve, math_replies)
-    wrapped = wrap_openai(client(upstream), n=3)
+    wrapped = wrap_openai(client(upstream), n=3, settle=False)  # every candidate, to count the votes and the calls
     response = wrapped.responses.create(model="m", input="What is 6 times 7?")
     assert response.output_text in ("Six sevens: 42. The answer is 42.", "The answer is 42.")
     assert sample_sets_from(response)[0].aggregation.votes == {"42": 2.0, "41": 1.0}
@@ -176,7 +176,7 @@ def test_the_stream_helper_and_parse_vote_on_json(serve) -> None:
 )
 def test_what_cannot_be_aggregated_is_refused_before_anything_is_sent(serve, options, param) -> None:
     upstream = responses_only(serve, math_replies)
-    wrapped = wrap_openai(client(upstream), n=3)
+    wrapped = wrap_openai(client(upstream), n=3, settle=False)  # every candidate, to check what each call was sent
     with pytest.raises(RequestError) as caught:
         wrapped.responses.create(**{"model": "m", "input": "What is 6 times 7?", **options})
     assert isinstance(caught.value, openai.BadRequestError) and caught.value.param == param
@@ -226,7 +226,7 @@ async def test_an_agents_sdk_agent_on_a_wrapped_client_runs_the_voted_call_plain
 
 def test_with_streaming_response_gives_the_aggregated_stream_and_refuses_a_single_response(serve) -> None:
     upstream = responses_only(serve, math_replies)
-    wrapped = wrap_openai(client(upstream), n=3)
+    wrapped = wrap_openai(client(upstream), n=3, settle=False)  # every candidate, to count them
     with wrapped.responses.with_streaming_response.create(model="m", input="6 * 7?", stream=True) as response:
         assert response.request_id is None
         events = list(response.parse())
@@ -238,7 +238,7 @@ def test_with_streaming_response_gives_the_aggregated_stream_and_refuses_a_singl
 
 def test_tools_whose_calls_no_vote_covers_are_refused_and_built_in_ones_go_through(serve) -> None:
     upstream = responses_only(serve, math_replies)
-    wrapped = wrap_openai(client(upstream), n=3)
+    wrapped = wrap_openai(client(upstream), n=3, settle=False)  # every candidate, to check what each call was sent
     for tool in ({"type": "custom", "name": "run_sql"}, {"type": "computer_use_preview"}, {"type": "shell"}):
         with pytest.raises(RequestError, match=rf"a '{tool['type']}' tool's calls cannot be aggregated") as caught:
             wrapped.responses.create(model="m", input="What is 6 times 7?", tools=[MULTIPLY, tool])

@@ -479,8 +479,10 @@ def test_a_streamed_single_retried_after_a_timeout_keeps_its_candidate():
 
 def test_a_streamed_attempt_given_up_on_is_closed():
     # the first attempt times out while its upstream is still slow to answer; once it streams, nobody reads it:
-    # it is closed at its first chunk instead of being read to its end in its thread
-    latencies, long = [1.3, 0.4], " ".join(["step"] * 200) + " so the answer is 41."
+    # it is closed at its first chunk instead of being read to its end in its thread. The reply goes by the order
+    # served, the latency by arrival: the first request (1.1 s) is served 0.4 s before the retry (1.0 + 0.5 s),
+    # and the retry lands 0.4 s within its own timeout
+    latencies, long = [1.1, 0.5], " ".join(["step"] * 200) + " so the answer is 41."
     with OpenAITestServer(
         lambda body, number: long if number == 0 else "The answer is 42.",
         latency_s=lambda body, k: latencies[k % 2],
@@ -592,11 +594,15 @@ def test_replies_already_at_the_client_when_the_vote_settles_are_kept():
     # other two already there, paid for: they are read, not cancelled, and their tokens are in the usage
     replies = ["The answer is 42."] * 3 + ["The answer is 41."] * 2
     with OpenAITestServer(lambda body, sample: replies[sample % 5], latency_s=0.1, n_mode="reject") as upstream:
-        wrapped = wrap_openai(AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5)
+        # five singles from the start (not an n request refused first, then a probe, then four singles: those would
+        # land after the loop is held, each when it comes), and the loop held once the server has all five
+        client = AsyncOpenAI(base_url=upstream.base_url, api_key="x", max_retries=0)
+        wrapped = wrap_openai(client, n=5, policy={"use_n": False})
 
         async def call() -> SampleSet:
             async def hold_the_loop() -> None:
-                await asyncio.sleep(0.05)
+                while upstream.calls < 5:
+                    await asyncio.sleep(0.005)
                 time.sleep(0.5)  # the replies all arrive meanwhile
 
             holder = asyncio.create_task(hold_the_loop())
