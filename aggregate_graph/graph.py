@@ -28,6 +28,7 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
 from aggregate_graph.drawing.course import Draw
+from aggregate_graph.drawing.gates import LANGGRAPH_CAP_EXTRA, Gates
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Drawer,
@@ -102,6 +103,7 @@ class _Nodes:
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
         self.stream_candidates = options.stream_candidates
         self._settlings = Settlings(self.n, self._is_settled)  # each wave's, until its run aggregates
+        self._gates = Gates()  # each checkpointed run's limit on requests in flight, until it aggregates
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
@@ -119,7 +121,8 @@ class _Nodes:
         A sampler that takes `n` gets one request for its share of the wave. Otherwise each candidate is its own
         request: with a checkpointer, each in its own task, so that LangGraph saves each as it finishes; without
         one, a sampler's share of the wave is one task (a LangGraph task costs ~0.6 ms of CPU, and there is
-        nothing to save), and the tasks split the run's `max_concurrency` between them."""
+        nothing to save), and the tasks split the run's limit on requests in flight (`_request_limit`) between them;
+        with one, each request waits for its run's gate (`Gates`)."""
         candidates = state.get("candidates") or []
         drawn = len(candidates)
         if drawn >= self.n or state.get("cancelled"):  # every candidate drawn, or the vote settled early
@@ -135,19 +138,25 @@ class _Nodes:
         by_sampler: dict[int, list[int]] = {}
         for index in range(drawn, min(self.n, drawn + size)):
             by_sampler.setdefault(index % len(self.pool), []).append(index)
-        messages, draws = tuple(conversation), []
+        messages, draws, limit = tuple(conversation), [], self._request_limit(config)
         if self.may_checkpoint and _checkpointed(config):
+            gate = (str(state.get("run_key")), limit)
             for s, indices in by_sampler.items():
                 groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
-                draws += [Draw(s, tuple(g), messages, wave, settle_key=key) for g in groups]
-        else:  # one task per sampler, sharing the run's limit on requests in flight (LangGraph's caps tasks)
-            limit = config.get("max_concurrency") or self.max_concurrency
+                draws += [Draw(s, tuple(g), messages, wave, settle_key=key, gate=gate) for g in groups]
+        else:  # one task per sampler, sharing the run's limit on requests in flight
             for k, (s, indices) in enumerate(by_sampler.items()):
                 share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
                 singles = not self.pool[s].supports_n(self.policy)  # else: one request with `n`
                 share = share if singles else None
                 draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share, settle_key=key))
         return [Send("generate", draw) for draw in draws]
+
+    def _request_limit(self, config: RunnableConfig) -> int:
+        """The run's limit on candidate requests in flight: `max_concurrency`, or the run config's own (the graph's
+        default config gives LangGraph's cap on tasks one more: `LANGGRAPH_CAP_EXTRA`)."""
+        cap = config.get("max_concurrency")
+        return self.max_concurrency if cap in (None, self.max_concurrency + LANGGRAPH_CAP_EXTRA) else cap
 
     async def aroute(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
         """Async `route`: whether adaptive sampling is satisfied is decided off the event loop, since grouping
@@ -249,6 +258,20 @@ class _Nodes:
         return Drawer(self.pool[draw.sampler_index], config, settling, stream_candidates=self.stream_candidates)
 
     def generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
+        if draw.gate is None:
+            return self._generate(draw, config)
+        run_key, limit = draw.gate
+        with self._gates.held(run_key, limit):
+            return self._generate(draw, config)
+
+    async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
+        if draw.gate is None:
+            return await self._agenerate(draw, config)
+        run_key, limit = draw.gate
+        async with self._gates.aheld(run_key, limit):
+            return await self._agenerate(draw, config)
+
+    def _generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
         drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
@@ -257,7 +280,7 @@ class _Nodes:
             return self._drawn(draw, [])
         return self._drawn(draw, draw_candidates(draw, self.policy, drawer, report), settling)
 
-    async def agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
+    async def _agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
         drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
         if (policy := self._wave_policy(draw)) is not None:
@@ -272,6 +295,7 @@ class _Nodes:
     def _sample_set(self, state: AggregateState) -> SampleSet:
         """The set to aggregate, its answers read as one set (a sentence backs one of the set's short answers)."""
         self._settlings.forget(str(state.get("run_key")))
+        self._gates.forget(str(state.get("run_key")))
         candidates = [c.model_copy() for c in state.get("candidates") or []]
         answer_type = self._read(state["question"], candidates)
         sample_set = SampleSet(
@@ -465,7 +489,7 @@ def build_aggregate_graph(
         builder.add_conditional_edges("wave_done", route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
-    configured = graph.with_config(max_concurrency=options.max_concurrency)
+    configured = graph.with_config(max_concurrency=options.max_concurrency + LANGGRAPH_CAP_EXTRA)
     # In strict mode LangGraph derives a msgpack allowlist from the state schema at compile time and applies it
     # to the checkpointer the graph runs with, also one passed in config (the parent's, or LangGraph Server's
     # own). `with_config`'s copy drops it (langgraph 1.2), so carry it over, with the Send payload type.

@@ -378,14 +378,27 @@ def test_strict_msgpack_resume_with_a_checkpointer_from_the_config(serve):
     assert server.calls == 1  # resumed at the aggregation: the candidates were not drawn again
 
 
-@pytest.mark.parametrize("run", ["sync", "async"])
-def test_concurrency_is_bounded(serve, run):
+@pytest.mark.parametrize("run", ["sync", "sync stream", "async"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+@pytest.mark.parametrize("limit", [1, 2])
+def test_concurrency_is_bounded(serve, run, checkpointed, limit):
+    # LangGraph's blocking stream (custom mode) holds one of its cap's threads: with a cap of 1 it never ended
     server = serve(["#### 42"], latency_s=0.1)
     graph = build_aggregate_graph(
-        chat(server), n=6, policy=CandidatePolicy(use_n=False), max_concurrency=2, settle=False
+        chat(server),
+        n=6,
+        policy=CandidatePolicy(use_n=False),
+        max_concurrency=limit,
+        settle=False,
+        checkpointer=InMemorySaver(serde=checkpoint_serde()) if checkpointed else None,
     )
-    out = graph.invoke(ASK) if run == "sync" else asyncio.run(graph.ainvoke(ASK))
-    assert len(out["sample_set"].succeeded) == 6 and server.max_in_flight == 2
+    config = {"configurable": {"thread_id": "t"}} if checkpointed else None
+    if run == "sync stream":
+        out = [data for mode, data in graph.stream(ASK, config, stream_mode=["custom", "values"]) if mode == "values"]
+        out = out[-1]
+    else:
+        out = graph.invoke(ASK, config) if run == "sync" else asyncio.run(graph.ainvoke(ASK, config))
+    assert len(out["sample_set"].succeeded) == 6 and server.max_in_flight == limit
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])

@@ -38,6 +38,7 @@ class Draw:
     wave: int = 0
     concurrency: int | None = None  # set by `route` on a wave's single requests drawn in one task: its share
     settle_key: str | None = None  # the wave's, when it settles early: its draws share one `Settling`
+    gate: tuple[str, int] | None = None  # a checkpointed run's request, its own task: (run key, limit) (`Gates`)
 
 
 def candidates_of(
