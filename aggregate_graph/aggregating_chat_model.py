@@ -44,6 +44,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 from aggregate_graph.aggregators.structured import StructuredVote
 from aggregate_graph.drawing.models import ModelSpec, load_chat_model
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler, describe_model
+from aggregate_graph.drawing.settling import stopping_stream
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.options import AggregationOptions
 from aggregate_graph.sample_set import SampleSet
@@ -412,7 +413,9 @@ class AggregatingChatModel(DecidedAnswerModel):
         graph, (config, run_id) = self._graph(call.stop, call.kwargs), self._run(call.run_manager, is_async=False)
         report, state = self._progress(config, run_id), None
         with _nested(config):
-            for mode, data in graph.stream({"messages": call.messages}, config, stream_mode=["custom", "values"]):
+            for mode, data in stopping_stream(
+                graph, {"messages": call.messages}, config, stream_mode=["custom", "values"]
+            ):
                 if mode == "custom":
                     report(data)
                 else:

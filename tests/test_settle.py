@@ -319,6 +319,46 @@ def test_a_blocking_client_streams_its_requests_and_closes_those_still_out_once_
     assert stats["completion_tokens_served"] < 3 * 4 + 2 * 20  # the long replies stopped early
 
 
+def _split_and_long(body: dict[str, Any], number: int) -> str:
+    # five answers that never settle: the first short, the other four still generating (~4 s at 0.05 s a word)
+    return "The answer is 42." if number == 0 else f"The answer is {number}. " + " ".join(["step"] * 76)
+
+
+def test_closing_a_blocking_aggregated_stream_closes_the_candidate_streams_still_out():
+    # closing a blocking LangGraph stream waits for its running nodes: the wrapper first tells the draws to stop
+    with OpenAITestServer(_split_and_long, latency_s=0.05, token_latency_s=0.05, n_mode="reject") as upstream:
+        options = {"n": 5, "policy": {"use_n": False}, "stream_candidates": True}
+        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
+        stream = wrapped.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+        )
+        next(iter(stream))  # held until the first candidate landed
+        started = time.perf_counter()
+        stream.close()
+        closing_s = time.perf_counter() - started
+        stats = stats_once_aborted(upstream, 4)
+    assert closing_s < 1.0  # waiting for the four long replies takes ~4 s
+    assert stats["calls"] == 5 and stats["aborted"] == 4
+    assert stats["completion_tokens_served"] < 4 + 4 * 40  # the long replies stopped early (80 words each)
+
+
+def test_closing_a_blocking_aggregated_stream_sends_no_more_requests():
+    # without stream_candidates a request in flight is waited for, but those not yet sent are never sent
+    with OpenAITestServer(lambda b, number: f"The answer is {number}.", latency_s=0.3, n_mode="reject") as upstream:
+        options = {"n": 5, "policy": {"use_n": False}, "max_concurrency": 1}
+        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
+        stream = wrapped.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+        )
+        next(iter(stream))  # held until the first candidate landed
+        started = time.perf_counter()
+        stream.close()
+        closing_s = time.perf_counter() - started
+        time.sleep(0.4)  # a request sent after the close would reach the server by now
+    assert closing_s < 0.6  # the second request, in flight, is waited for; the three more would take 0.9 s
+    assert upstream.stats()["calls"] == 2
+
+
 def test_a_blocking_graph_streams_its_chat_models_requests_and_closes_those_still_out_once_settled():
     # a blocking graph over ChatOpenAI cannot cancel a request in flight: with stream_candidates each single request
     # is streamed through the model's own `stream` and closed once settled; a parent streaming messages sees none

@@ -35,6 +35,7 @@ from aggregate_graph.cli.common import (
 from aggregate_graph.cli.serve import add_proxy, add_serve_aggregator
 from aggregate_graph.drawing.models import LOCAL_PREFIXES, load_chat_model
 from aggregate_graph.drawing.settings import AdaptiveSampling, CandidatePolicy
+from aggregate_graph.drawing.settling import stopping_stream
 from aggregate_graph.errors import AggregateGraphError, AggregatorOptionError
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.options import MAX_CANDIDATES, AggregationOptions
@@ -178,7 +179,8 @@ def ask(args: argparse.Namespace) -> int:
     state: dict[str, Any] = {}
     arrived = 0
     try:
-        for mode, chunk in graph.stream({"messages": [HumanMessage(args.question)]}, stream_mode=["custom", "values"]):
+        question = {"messages": [HumanMessage(args.question)]}
+        for mode, chunk in stopping_stream(graph, question, None, stream_mode=["custom", "values"]):
             if mode == "custom":
                 arrived += 1
                 answer = "no answer" if chunk["answer"] is None else f"answer {chunk['answer']}"

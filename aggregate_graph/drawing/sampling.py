@@ -50,10 +50,11 @@ from aggregate_graph.drawing.replies import (
 )
 from aggregate_graph.drawing.retries import retrying, with_timeout
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
-from aggregate_graph.drawing.settling import Settling, cancelled_by
+from aggregate_graph.drawing.settling import STOP_CONFIG_KEY, Settling, cancelled_by
 from aggregate_graph.sample_set import Candidate
 
 OnDrawn = Callable[[list[Candidate]], None]  # told of candidates as they land
+STOP_POLL_S = 0.05  # how often a blocking retry's pause reads the vote while it waits for the run's stop
 
 
 def _request_kwargs(sampler: Sampler, k: int) -> dict[str, Any]:
@@ -102,9 +103,11 @@ class Drawer:
     settling: Settling | None = None
     stream_candidates: bool = False  # its requests are streamed, so that settling can close them (`streams_choices`)
     direct: bool = field(init=False)
+    stop: threading.Event | None = field(init=False)  # set once nobody reads the run (`stopping_stream`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "direct", replies_directly(self.sampler, self.config))
+        object.__setattr__(self, "stop", ((self.config or {}).get("configurable") or {}).get(STOP_CONFIG_KEY))
 
     def request(self, draw: Draw) -> tuple[list[BaseMessage], dict[str, Any]]:
         """The messages and keywords of the one request for `draw`'s candidates (`n` when there are several)."""
@@ -114,15 +117,23 @@ class Drawer:
         return messages, _call_kwargs(self.sampler, k, self.config)
 
     def not_needed(self) -> bool:
-        """Whether the wave is settled, so that a request not yet sent is not sent."""
-        return self.settling is not None and self.settling.settled
+        """Whether the wave is settled or the run stopped, so that a request not yet sent is not sent."""
+        return (self.settling is not None and self.settling.settled) or (self.stop is not None and self.stop.is_set())
 
     def settled_within(self, seconds: float) -> bool:
-        """Waits `seconds` (a blocking retry's pause), or less: True, at once, when the wave is or becomes settled."""
-        if self.settling is None:
-            time.sleep(seconds)
-            return False
-        return self.settling.wait(seconds)
+        """Waits `seconds` (a blocking retry's pause), or less: True, at once, when the wave is or becomes settled
+        or the run stops."""
+        if self.stop is None:
+            if self.settling is None:
+                time.sleep(seconds)
+                return False
+            return self.settling.wait(seconds)
+        deadline = time.monotonic() + seconds
+        while not self.not_needed():  # two signals: the stop's waited on a slice at a time, the vote's read between
+            if (left := deadline - time.monotonic()) <= 0:
+                return False
+            self.stop.wait(min(left, STOP_POLL_S))
+        return True
 
     def streams_choices(self, draw: Draw, blocking: bool) -> bool:
         """Whether `draw`'s request is streamed, so that settling early can close it once the vote is settled

@@ -15,10 +15,16 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
 
 from aggregate_graph.sample_set import Candidate
+
+STOP_CONFIG_KEY = "aggregate_graph_stop"  # `configurable` key: a blocking run's stop signal (`stopping_stream`)
 
 # (candidates landed, how many are still out) -> settled? The candidates are the check's own copies, made once as
 # each lands and kept from one check to the next: it may read answers into them, as no one else reads them.
@@ -99,6 +105,26 @@ class Settling:
         """The candidates landed at `indices`: what a draw returns, also for a task cancelled as it landed."""
         with self._lock:
             return [self._landed[i] for i in indices if i in self._landed]
+
+
+def stopping_stream(
+    graph: CompiledStateGraph, input: Any, config: RunnableConfig | None, **kwargs: Any
+) -> Iterator[Any]:
+    """`graph.stream(input, config, **kwargs)`, which, closed before its end (its reader stopped, or raised), first
+    tells the run's draws to stop: requests not yet sent are not sent, streamed ones (`stream_candidates`) close at
+    their next event and a retry's pause ends, as once the vote settles (`Drawer.not_needed`). Closing a blocking
+    LangGraph stream waits for the nodes under way, so without this it would wait for every candidate."""
+    stop = threading.Event()
+    config = config or {}
+    events = graph.stream(
+        input, {**config, "configurable": {**config.get("configurable", {}), STOP_CONFIG_KEY: stop}}, **kwargs
+    )
+    try:
+        for event in events:  # noqa: UP028 - `yield from` closes `events` before `finally` could stop the draws
+            yield event
+    finally:
+        stop.set()
+        events.close()
 
 
 class Settlings:

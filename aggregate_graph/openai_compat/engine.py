@@ -19,6 +19,7 @@ from openai.resources.chat.completions import AsyncCompletions
 from aggregate_graph.aggregators import StructuredVote, WeightedVote
 from aggregate_graph.aggregators.registry import missing_options, registration
 from aggregate_graph.drawing.settings import CandidatePolicy
+from aggregate_graph.drawing.settling import stopping_stream
 from aggregate_graph.errors import AggregatorOptionError, QuorumError
 from aggregate_graph.graph import build_aggregate_graph
 from aggregate_graph.openai_compat.chat_output import (
@@ -351,7 +352,7 @@ class ClientAggregator:
         writer = ChunkWriter(plan)
         yield writer.opening()
         try:
-            for mode, data in graph.stream(_graph_input(plan), _config(calls), stream_mode=modes):
+            for mode, data in stopping_stream(graph, _graph_input(plan), _config(calls), stream_mode=modes):
                 if (chunk := writer.event(mode, data)) is not None:
                     yield chunk
         except QuorumError as exc:
