@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from langchain_core.callbacks import BaseCallbackManager
@@ -39,7 +40,7 @@ from aggregate_graph.drawing.sampling import (
     draw_singles,
 )
 from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
-from aggregate_graph.drawing.settling import Settling, Settlings, settled_or_drawn
+from aggregate_graph.drawing.settling import IsSettled, Settling, Settlings, settled_or_drawn
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
 from aggregate_graph.options import AggregationOptions
@@ -102,7 +103,7 @@ class _Nodes:
         self.min_candidates, self.max_concurrency = options.min_candidates, options.max_concurrency
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
         self.stream_candidates = options.stream_candidates
-        self._settlings = Settlings(self.n, self._is_settled)  # each wave's, until its run aggregates
+        self._settlings = Settlings(self.n, self._settle_check)  # each wave's, until its run aggregates
         self._gates = Gates()  # each checkpointed run's limit on requests in flight, until it aggregates
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
@@ -183,11 +184,18 @@ class _Nodes:
             c.answer, c.abstention = answer, abstention
         return reading.type
 
-    def _is_settled(self, question: str, landed: list[Candidate], outstanding: int) -> bool:
-        """Whether `outstanding` more candidates can no longer change the decision on those `landed`: the tool-plan
-        vote stays as it is, and a tool plan leads or the aggregator's decision is settled (`Aggregator.settled`;
-        a Runnable without `settled` waits for every candidate)."""
-        if sum(c.ok for c in landed) < self.min_candidates or not hasattr(self.aggregator, "settled"):
+    def _settle_check(self, question: str) -> IsSettled:
+        """A wave's settle check (`_is_settled`), with the copies it has read."""
+        return partial(self._is_settled, question, {})
+
+    def _is_settled(self, question: str, read: dict[int, Candidate], landed: list[Candidate], outstanding: int) -> bool:
+        """Whether `outstanding` more candidates can no longer change the decision on those `landed` (the check's
+        own copies, kept from check to check; `read`: those already read, by index): the tool-plan vote stays
+        as it is, and a tool plan leads or the aggregator's decision is settled (`Aggregator.settled`; a Runnable
+        without `settled` waits for every candidate)."""
+        succeeded = sum(c.ok for c in landed)
+        # a tool-plan vote (answering now is one) stays first only if its lead is more than the outstanding votes
+        if succeeded < self.min_candidates or succeeded <= outstanding or not hasattr(self.aggregator, "settled"):
             return False
         sample_set = SampleSet(question=question, candidates=landed)  # the same candidate objects, read below
         votes = {key: float(len(members)) for key, members in tool_choices(sample_set).items()}
@@ -201,7 +209,10 @@ class _Nodes:
         answer_type = settled_answer_type(question, texts, self.answer_type, outstanding)
         if answer_type in (None, "span"):
             return False
-        self._read(question, landed, answer_type if answer_type in ANSWER_TYPES else None)  # as one set
+        # a settled type stays settled and reads each text alone: a copy read under it keeps its answer
+        unread = [c for c in landed if read.get(c.index) is not c]
+        self._read(question, unread, answer_type if answer_type in ANSWER_TYPES else None)
+        read.update((c.index, c) for c in unread)
         return bool(self.aggregator.settled(answering(sample_set), outstanding))
 
     def _settling(self, draw: Draw) -> Settling | None:

@@ -63,11 +63,12 @@ def stats_once_aborted(server: OpenAITestServer, aborted: int, within_s: float =
 
 
 def settle_in_arrival_order(nodes: _Nodes, sample_set: SampleSet, order: list[int]) -> list[Candidate]:
-    """The candidates landed when the graph's settling check (`_Nodes._is_settled`) first holds."""
+    """The candidates landed when the graph's settling check (`_Nodes._settle_check`) first holds."""
     landed: list[Candidate] = []
+    is_settled = nodes._settle_check(sample_set.question)
     for i in order:
         landed.append(sample_set.candidates[i].model_copy(update={"answer": None}))
-        if nodes._is_settled(sample_set.question, landed, len(order) - len(landed)):
+        if is_settled(landed, len(order) - len(landed)):
             break
     return landed
 

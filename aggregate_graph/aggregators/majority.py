@@ -34,7 +34,11 @@ def wins_every_tie(choices: Mapping[str, list[Candidate]], landed: set[int], out
     outstanding votes bring level loses the tie when the leader's place comes before both the challenger's and
     theirs."""
     votes, tied = plurality(choices)
-    keys, leader = tie_keys(choices), tied[0]
+    leader = tied[0]
+    runner_up = max((v for key, v in votes.items() if key != leader), default=0.0)  # or a new answer's 0
+    if runner_up + outstanding > votes[leader]:  # passed outright, whatever the ties: no need to place them
+        return False
+    keys = tie_keys(choices)
     challengers = [(votes[key], keys[key]) for key in choices if key != leader]
     if outstanding:
         voters = [c for members in choices.values() for c in members]

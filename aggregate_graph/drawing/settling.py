@@ -16,7 +16,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -133,13 +132,13 @@ class Settlings:
 
     Args:
         n: the candidates a run asks for.
-        is_settled: whether a decision is settled, given the question, the candidates landed and how many are
-            still out.
+        check_for: the settle check of a wave's question (`IsSettled`), made once per wave: it may keep what it
+            learns from one check to the next.
         keep: how many waves are kept; the oldest give way (runs interrupted or failed never aggregate).
     """
 
-    def __init__(self, n: int, is_settled: Callable[[str, list[Candidate], int], bool], keep: int = 4096) -> None:
-        self.n, self._is_settled, self._keep = n, is_settled, keep
+    def __init__(self, n: int, check_for: Callable[[str], IsSettled], keep: int = 4096) -> None:
+        self.n, self._check_for, self._keep = n, check_for, keep
         self._waves: dict[str, Settling] = {}
         self._lock = threading.Lock()
 
@@ -149,7 +148,7 @@ class Settlings:
             if (settling := self._waves.get(key)) is None:
                 while len(self._waves) >= self._keep:
                     del self._waves[next(iter(self._waves))]
-                settling = self._waves[key] = Settling(self.n, partial(self._is_settled, question), landed)
+                settling = self._waves[key] = Settling(self.n, self._check_for(question), landed)
         return settling
 
     def get(self, key: str) -> Settling | None:
