@@ -39,7 +39,7 @@ from aggregate_graph.drawing.sampling import (
     draw_candidates,
     draw_singles,
 )
-from aggregate_graph.drawing.settings import CandidatePolicy, Sampler
+from aggregate_graph.drawing.settings import Sampler
 from aggregate_graph.drawing.settling import IsSettled, Settling, Settlings, settled_or_drawn
 from aggregate_graph.errors import AggregationError, QuorumError, is_transient
 from aggregate_graph.log import DEFAULT_NAMESPACE, alog_sample_set, log_sample_set
@@ -144,12 +144,10 @@ class _Nodes:
             gate = (str(state.get("run_key")), limit)
             for s, indices in by_sampler.items():
                 groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
-                draws += [Draw(s, tuple(g), messages, wave, settle_key=key, gate=gate) for g in groups]
+                draws += [Draw(s, tuple(g), messages, wave, limit, settle_key=key, gate=gate) for g in groups]
         else:  # one task per sampler, sharing the run's limit on requests in flight
             for k, (s, indices) in enumerate(by_sampler.items()):
                 share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
-                singles = not self.pool[s].supports_n(self.policy)  # else: one request with `n`
-                share = share if singles else None
                 draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share, settle_key=key))
         return [Send("generate", draw) for draw in draws]
 
@@ -248,12 +246,9 @@ class _Nodes:
 
         return report
 
-    def _wave_policy(self, draw: Draw) -> CandidatePolicy | None:
-        """For a wave's single requests drawn in one task (`route` gave the draw a share of the run's
-        concurrency), the policy with that share; None for any other draw."""
-        if draw.concurrency is None or len(draw.indices) == 1:
-            return None
-        return self.policy.model_copy(update={"max_concurrency": draw.concurrency})
+    def _singles(self, draw: Draw) -> bool:
+        """Whether `draw` is a wave's single requests drawn in one task (`route`, for a sampler that takes no `n`)."""
+        return len(draw.indices) > 1 and not self.pool[draw.sampler_index].supports_n(self.policy)
 
     @staticmethod
     def _drawn(draw: Draw, candidates: list[Candidate], settling: Settling | None = None) -> dict[str, Any]:
@@ -285,8 +280,8 @@ class _Nodes:
     def _generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
         drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
-        if (policy := self._wave_policy(draw)) is not None:
-            return self._drawn(draw, draw_singles(draw, policy, drawer, report), settling)
+        if self._singles(draw):
+            return self._drawn(draw, draw_singles(draw, self.policy, drawer, report), settling)
         if drawer.not_needed():
             return self._drawn(draw, [])
         return self._drawn(draw, draw_candidates(draw, self.policy, drawer, report), settling)
@@ -294,8 +289,8 @@ class _Nodes:
     async def _agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
         drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
-        if (policy := self._wave_policy(draw)) is not None:
-            return self._drawn(draw, await adraw_singles(draw, policy, drawer, report), settling)
+        if self._singles(draw):
+            return self._drawn(draw, await adraw_singles(draw, self.policy, drawer, report), settling)
         if drawer.not_needed():
             return self._drawn(draw, [])
         drawing = adraw_candidates(draw, self.policy, drawer, report)

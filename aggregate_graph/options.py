@@ -148,9 +148,12 @@ def _plain(error: ValidationError) -> Exception:
     option no surface takes, which ones there are."""
     problem = error.errors()[0]
     field = ".".join(str(part) for part in problem["loc"])
-    if problem["type"] == "extra_forbidden":
+    if problem["type"] == "extra_forbidden" and len(problem["loc"]) == 1:
         known = ", ".join(AggregationOptions.model_fields)
         return TypeError(f"unknown aggregation option {field!r}; the options are {known}")
+    if problem["type"] == "extra_forbidden" and problem["loc"][0] == "policy":
+        known = ", ".join(CandidatePolicy.model_fields)
+        return TypeError(f"unknown policy setting {problem['loc'][-1]!r}; the settings are {known}")
     message = str(problem.get("ctx", {}).get("error") or problem["msg"])
     if problem["type"] not in ("value_error", "assertion_error") and field:
         message = f"{field}: {message}"

@@ -402,6 +402,24 @@ def test_concurrency_is_bounded(serve, run, checkpointed, limit):
 
 
 @pytest.mark.parametrize("run", ["sync", "async"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_the_requests_after_a_refused_n_request_keep_the_bound(serve, run, checkpointed):
+    # the n request is refused, one probe tells why, and the other five are asked for one by one within the limit
+    server = serve(["#### 42"], latency_s=0.1, n_mode="reject")
+    graph = build_aggregate_graph(
+        chat(server, model="refuses-n-bound"),
+        n=6,
+        max_concurrency=2,
+        settle=False,
+        checkpointer=InMemorySaver(serde=checkpoint_serde()) if checkpointed else None,
+    )
+    config = {"configurable": {"thread_id": "t"}} if checkpointed else None
+    out = graph.invoke(ASK, config) if run == "sync" else asyncio.run(graph.ainvoke(ASK, config))
+    assert len(out["sample_set"].succeeded) == 6 and server.stats()["n_requests"] == 1
+    assert server.max_in_flight == 2  # was 5: the fallback's own limit of 16
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
 @pytest.mark.parametrize(("built", "at_run", "bound"), [(4, None, 4), (4, 2, 2), (2, 5, 5)])
 def test_the_bound_holds_for_a_pool_of_samplers_and_a_run_configs_max_concurrency(serve, run, built, at_run, bound):
     # without a checkpointer each sampler's share of the wave is one task: the tasks split the limit

@@ -50,6 +50,11 @@ BAD = [
     ({"answer_type": "number"}, ValueError, "answer_type must be one of auto, math, choice, boolean, span"),
     ({"max_concurrency": 0}, ValueError, "max_concurrency: Input should be greater than or equal to 1"),
     ({"n_candidates": 5}, TypeError, "unknown aggregation option 'n_candidates'; the options are n, aggregator, "),
+    (
+        {"policy": {"max_concurrency": 4}},
+        TypeError,
+        "unknown policy setting 'max_concurrency'; the settings are timeout_s",
+    ),
 ]
 
 

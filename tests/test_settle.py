@@ -140,7 +140,7 @@ def test_settle_off_waits_for_every_candidate():
 
 def test_a_blocking_run_does_not_send_the_requests_a_settled_vote_no_longer_needs():
     with OpenAITestServer(["The answer is 42."], n_mode="reject") as s:
-        graph = build_aggregate_graph(chat(s), n=5, max_concurrency=1, policy={"use_n": False, "max_concurrency": 1})
+        graph = build_aggregate_graph(chat(s), n=5, max_concurrency=1, policy={"use_n": False})
         out = graph.invoke({"messages": [("user", QUESTION)]})
         assert s.calls == 3 and len(out["sample_set"].candidates) == 3
         assert out["sample_set"].metadata["cancelled"] == [3, 4]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from langchain_core.messages import BaseMessage
@@ -36,7 +36,7 @@ class Draw:
     indices: tuple[int, ...]
     messages: tuple[BaseMessage, ...]
     wave: int = 0
-    concurrency: int | None = None  # set by `route` on a wave's single requests drawn in one task: its share
+    concurrency: int | None = None  # how many of its single requests may be in flight at once (None: all)
     settle_key: str | None = None  # the wave's, when it settles early: its draws share one `Settling`
     gate: tuple[str, int] | None = None  # a checkpointed run's request, its own task: (run key, limit) (`Gates`)
 
@@ -240,4 +240,4 @@ def _after_failed_n(
 
 
 def subdraw(draw: Draw, indices: tuple[int, ...]) -> Draw:
-    return Draw(draw.sampler_index, indices, draw.messages, draw.wave, settle_key=draw.settle_key)
+    return replace(draw, indices=indices)

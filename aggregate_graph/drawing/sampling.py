@@ -276,7 +276,7 @@ def draw_candidates(
 def draw_singles(
     draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
-    """The candidates of `draw` one request each (`draw_candidates`), at most `policy.max_concurrency` at a time;
+    """The candidates of `draw` one request each (`draw_candidates`), at most `draw.concurrency` at a time;
     `on_drawn` is called with each one's record as it lands. Once the drawer's settling is settled, the requests
     not yet sent are not sent and the streamed ones are closed (`Drawer.streams_choices`; their candidates are
     missing from the result)."""
@@ -291,7 +291,7 @@ def draw_singles(
 
     singles = [subdraw(draw, (i,)) for i in draw.indices]
     # ContextThreadPoolExecutor: each request sees the node's config and tracing context, as the node does
-    with ContextThreadPoolExecutor(max_workers=min(len(singles), policy.max_concurrency)) as pool:
+    with ContextThreadPoolExecutor(max_workers=min(len(singles), draw.concurrency or len(singles))) as pool:
         return [c for batch in pool.map(one, singles) for c in batch]
 
 
@@ -356,7 +356,7 @@ async def adraw_singles(
     draw: Draw, policy: CandidatePolicy, drawer: Drawer, on_drawn: OnDrawn | None = None
 ) -> list[Candidate]:
     """Async `draw_singles`; once the drawer's settling is settled, the requests still out are cancelled too."""
-    gate, settling = asyncio.Semaphore(policy.max_concurrency), drawer.settling
+    gate, settling = asyncio.Semaphore(draw.concurrency or len(draw.indices)), drawer.settling
 
     async def one(index: int) -> list[Candidate]:
         async with gate:

@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables import RunnableBinding
 from langchain_core.runnables.config import merge_configs, var_child_runnable_config
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from aggregate_graph.drawing.n_support import endpoint, n_mode
 from aggregate_graph.reading.answers import ABSTENTIONS, group_equivalent
@@ -19,7 +19,9 @@ from aggregate_graph.sample_set import Candidate
 
 
 class CandidatePolicy(BaseModel):
-    """How each candidate request is made."""
+    """How each candidate request is made (how many at once: `AggregationOptions.max_concurrency`)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt setting is an error, not ignored
 
     timeout_s: float = Field(default=120.0, gt=0, description="per attempt; a hung call counts as a transient error")
     max_attempts: int = Field(default=3, ge=1)
@@ -31,7 +33,6 @@ class CandidatePolicy(BaseModel):
     use_n: bool | None = Field(
         default=None, description="ask for many samples in one request; None: when the model has an `n` setting"
     )
-    max_concurrency: int = Field(default=16, ge=1, description="parallel requests when falling back from `n`")
     abstentions: tuple[str, ...] = Field(
         default=ABSTENTIONS,
         description="patterns of answers that do not vote ('unknown', 'cannot be determined', …; see "
