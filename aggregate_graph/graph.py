@@ -29,7 +29,7 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
 from aggregate_graph.drawing.course import Draw
-from aggregate_graph.drawing.gates import LANGGRAPH_CAP_EXTRA, Gates
+from aggregate_graph.drawing.gates import REQUEST_LIMIT_KEY, AggregateGraph, Gates
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Drawer,
@@ -122,8 +122,9 @@ class _Nodes:
         A sampler that takes `n` gets one request for its share of the wave. Otherwise each candidate is its own
         request: with a checkpointer, each in its own task, so that LangGraph saves each as it finishes; without
         one, a sampler's share of the wave is one task (a LangGraph task costs ~0.6 ms of CPU, and there is
-        nothing to save), and the tasks split the run's limit on requests in flight (`_request_limit`) between them;
-        with one, each request waits for its run's gate (`Gates`)."""
+        nothing to save), and the tasks split the run's limit on requests in flight (`_request_limit`) between them
+        (with more samplers than the limit, each task also waits for its run's gate: `Gates`); with one, each
+        request waits for its run's gate."""
         candidates = state.get("candidates") or []
         drawn = len(candidates)
         if drawn >= self.n or state.get("cancelled"):  # every candidate drawn, or the vote settled early
@@ -146,16 +147,17 @@ class _Nodes:
                 groups = [indices] if self.pool[s].supports_n(self.policy) else [[i] for i in indices]
                 draws += [Draw(s, tuple(g), messages, wave, limit, settle_key=key, gate=gate) for g in groups]
         else:  # one task per sampler, sharing the run's limit on requests in flight
+            # more samplers than places: each task's share is one, and the tasks wait for a place as well
+            gate = (str(state.get("run_key")), limit) if len(by_sampler) > limit else None
             for k, (s, indices) in enumerate(by_sampler.items()):
                 share = max(1, limit // len(by_sampler) + (k < limit % len(by_sampler)))
-                draws.append(Draw(s, tuple(indices), messages, wave, concurrency=share, settle_key=key))
+                draws.append(Draw(s, tuple(indices), messages, wave, share, settle_key=key, gate=gate))
         return [Send("generate", draw) for draw in draws]
 
     def _request_limit(self, config: RunnableConfig) -> int:
-        """The run's limit on candidate requests in flight: `max_concurrency`, or the run config's own (the graph's
-        default config gives LangGraph's cap on tasks one more: `LANGGRAPH_CAP_EXTRA`)."""
-        cap = config.get("max_concurrency")
-        return self.max_concurrency if cap in (None, self.max_concurrency + LANGGRAPH_CAP_EXTRA) else cap
+        """The run's limit on candidate requests in flight: `max_concurrency`, or the run config's own
+        (`AggregateGraph`)."""
+        return (config.get("configurable") or {}).get(REQUEST_LIMIT_KEY) or self.max_concurrency
 
     async def aroute(self, state: AggregateState, config: RunnableConfig) -> list[Send] | str:
         """Async `route`: whether adaptive sampling is satisfied is decided off the event loop, since grouping
@@ -495,10 +497,12 @@ def build_aggregate_graph(
         builder.add_conditional_edges("wave_done", route, ["generate", "aggregate"])
     builder.add_edge("aggregate", END)
     graph = builder.compile(checkpointer=checkpointer, store=store, name=name)
-    configured = graph.with_config(max_concurrency=options.max_concurrency + LANGGRAPH_CAP_EXTRA)
+    attrs = {key: value for key, value in graph.__dict__.items() if key != "__orig_class__"}  # as Pregel.copy
+    configured = AggregateGraph(**attrs).with_config(max_concurrency=options.max_concurrency)
     # In strict mode LangGraph derives a msgpack allowlist from the state schema at compile time and applies it
     # to the checkpointer the graph runs with, also one passed in config (the parent's, or LangGraph Server's
-    # own). `with_config`'s copy drops it (langgraph 1.2), so carry it over, with the Send payload type.
+    # own). A copy drops it (langgraph 1.2; `AggregateGraph.copy` keeps it), so carry it over, with the Send
+    # payload type.
     if getattr(graph, "_serde_allowlist", None) is not None:
         configured._serde_allowlist = graph._serde_allowlist | set(MSGPACK_TYPES)
     return configured

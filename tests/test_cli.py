@@ -4,8 +4,10 @@ import importlib.metadata
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -274,3 +276,26 @@ def test_ask_says_why_samples_were_saved(metadata: dict, said: str) -> None:
     out = io.StringIO()
     _show(sample_set, out)
     assert said in out.getvalue() and "Adaptive sampling stopped early" not in out.getvalue()
+
+
+def test_ctrl_c_stops_asking_at_once(serve):
+    # Ctrl-C lands in LangGraph's wait for the candidates, which waits for the nodes under way: the run's draws are
+    # stopped first, so a retry's pause ends and no request follows (it exited 18 s later, 15 requests on, before)
+    server = serve(["The answer is 42."], failure_rate=1.0, n_mode="reject")
+    options = ["--n", "3", "--attempts", "6", "--model", "test-model", "--base-url", server.base_url]
+    ask = subprocess.Popen(
+        [sys.executable, "-m", "aggregate_graph.cli", "ask", "What is 6 times 7?", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while server.calls < 4 and time.monotonic() < deadline:  # the n request refused, three singles failed: a pause
+        time.sleep(0.01)
+    time.sleep(0.1)
+    calls, interrupted = server.calls, time.monotonic()
+    ask.send_signal(signal.SIGINT)
+    ask.communicate(timeout=60)
+    assert time.monotonic() - interrupted < 3.0 and ask.returncode != 0
+    time.sleep(0.3)
+    assert calls == 4 and server.calls == calls

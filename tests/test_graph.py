@@ -419,10 +419,14 @@ def test_the_requests_after_a_refused_n_request_keep_the_bound(serve, run, check
     assert server.max_in_flight == 2  # was 5: the fallback's own limit of 16
 
 
-@pytest.mark.parametrize("run", ["sync", "async"])
-@pytest.mark.parametrize(("built", "at_run", "bound"), [(4, None, 4), (4, 2, 2), (2, 5, 5)])
+@pytest.mark.parametrize("run", ["sync", "sync stream", "async"])
+@pytest.mark.parametrize(
+    ("built", "at_run", "bound"), [(4, None, 4), (4, 2, 2), (2, 5, 5), (2, 3, 3), (1, None, 1), (2, None, 2), (4, 1, 1)]
+)
 def test_the_bound_holds_for_a_pool_of_samplers_and_a_run_configs_max_concurrency(serve, run, built, at_run, bound):
-    # without a checkpointer each sampler's share of the wave is one task: the tasks split the limit
+    # without a checkpointer each sampler's share of the wave is one task: the tasks split the limit, and with more
+    # samplers than the limit wait for places too; a run's own limit holds as given (one above the graph's was
+    # taken for the graph's own, and 1 never ended a blocking stream)
     server = serve(["#### 42"], latency_s=0.05)
     graph = build_aggregate_graph(
         chat(server),
@@ -433,7 +437,11 @@ def test_the_bound_holds_for_a_pool_of_samplers_and_a_run_configs_max_concurrenc
         settle=False,  # every candidate drawn: the bound is what is measured
     )
     config = {"max_concurrency": at_run} if at_run else None
-    out = graph.invoke(ASK, config) if run == "sync" else asyncio.run(graph.ainvoke(ASK, config))
+    if run == "sync stream":
+        out = [data for mode, data in graph.stream(ASK, config, stream_mode=["custom", "values"]) if mode == "values"]
+        out = out[-1]
+    else:
+        out = graph.invoke(ASK, config) if run == "sync" else asyncio.run(graph.ainvoke(ASK, config))
     assert len(out["sample_set"].succeeded) == 24 and server.calls == 24
     assert server.max_in_flight <= bound and server.max_in_flight >= min(bound, 3)
 

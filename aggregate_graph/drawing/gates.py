@@ -1,9 +1,11 @@
-"""A run's limit on candidate requests in flight, where each request is its own LangGraph task (a checkpointed run).
+"""A run's limit on candidate requests in flight (`max_concurrency`): the graph's own runs (`AggregateGraph`), and
+the gate each request waits for where it is its own LangGraph task (a checkpointed run).
 
 LangGraph caps a run's tasks with the config's `max_concurrency`, but its blocking `stream` (`custom` and `messages`
 modes) runs a waiter on one of those threads: the cap would leave one request fewer, and a cap of 1 none at all (the
-stream never ends). So the graph gives LangGraph's cap one thread more (`LANGGRAPH_CAP_EXTRA`) and each checkpointed
-request waits for its run's gate here instead.
+stream never ends). So each run's cap gets one thread more (`LANGGRAPH_CAP_EXTRA`), the run's own limit travels in
+its config (`REQUEST_LIMIT_KEY`), and the requests keep to it: a sampler's share of a wave drawn in one task, or
+each checkpointed request waiting for its run's gate here.
 """
 
 from __future__ import annotations
@@ -12,8 +14,46 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.graph.state import CompiledStateGraph
 
 LANGGRAPH_CAP_EXTRA = 1  # a thread for the waiter of LangGraph's blocking stream
+REQUEST_LIMIT_KEY = "__aggregate_graph_request_limit"  # `configurable`: the run's limit on requests in flight
+
+
+class AggregateGraph(CompiledStateGraph):
+    """The compiled aggregation graph (`build_aggregate_graph`): a LangGraph graph whose runs keep their candidate
+    requests to `max_concurrency` — the graph's own (its default config), or a run config's — with one more thread
+    for LangGraph's blocking stream. Every run goes through `stream` or `astream` (`invoke`, `batch`, a parent's
+    call, `astream_events`)."""
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        return super().stream(input, self._with_room(config), **kwargs)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        return super().astream(input, self._with_room(config), **kwargs)
+
+    def copy(self, update: dict[str, Any] | None = None) -> AggregateGraph:
+        copied = super().copy(update)
+        # LangGraph's copy (`with_config`) drops the msgpack allowlist a strict-mode compile derived (langgraph 1.2)
+        copied._serde_allowlist = self._serde_allowlist
+        return copied
+
+    def _with_room(self, config: RunnableConfig | None) -> RunnableConfig:
+        """`config` with the run's limit on requests in flight, and LangGraph's cap on tasks one above it."""
+        config = config or {}
+        configurable = config.get("configurable") or {}
+        cap, inherited = config.get("max_concurrency"), configurable.get(REQUEST_LIMIT_KEY)
+        if cap is None:
+            limit = (self.config or {})["max_concurrency"]
+        elif inherited is not None and cap == inherited + LANGGRAPH_CAP_EXTRA:  # a parent aggregate graph's run
+            limit = inherited
+        else:
+            limit = cap
+        configurable = {**configurable, REQUEST_LIMIT_KEY: limit}
+        return {**config, "max_concurrency": limit + LANGGRAPH_CAP_EXTRA, "configurable": configurable}
 
 
 class Gates:

@@ -13,9 +13,12 @@ within a few turns of the event loop: `READ_TURNS`), and requests not yet sent a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -118,12 +121,35 @@ def stopping_stream(
     events = graph.stream(
         input, {**config, "configurable": {**config.get("configurable", {}), STOP_CONFIG_KEY: stop}}, **kwargs
     )
-    try:
-        for event in events:  # noqa: UP028 - `yield from` closes `events` before `finally` could stop the draws
-            yield event
-    finally:
+    with _stopped_by_interrupt(stop):
+        try:
+            for event in events:  # noqa: UP028 - `yield from` closes `events` before `finally` could stop the draws
+                yield event
+        finally:
+            stop.set()
+            events.close()
+
+
+@contextlib.contextmanager
+def _stopped_by_interrupt(stop: threading.Event) -> Iterator[None]:
+    """Within the block, Ctrl-C (SIGINT) sets `stop` before it interrupts: it lands in LangGraph's own wait on the
+    main thread, which waits for the nodes under way before the interrupt could reach `stopping_stream`. Only on
+    the main thread, over a handler that raises (Python's own, or the program's, which is called after)."""
+    previous = signal.getsignal(signal.SIGINT) if threading.current_thread() is threading.main_thread() else None
+    if not callable(previous):
+        yield
+        return
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
         stop.set()
-        events.close()
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is interrupted:  # unless the program set its own meanwhile
+            signal.signal(signal.SIGINT, previous)
 
 
 class Settlings:
