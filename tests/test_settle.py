@@ -325,18 +325,23 @@ def _split_and_long(body: dict[str, Any], number: int) -> str:
     return "The answer is 42." if number == 0 else f"The answer is {number}. " + " ".join(["step"] * 76)
 
 
+def seconds_to_close_after_the_first_chunk(upstream: OpenAITestServer, **options: Any) -> float:
+    """A wrapped blocking client's aggregated stream (n=5, single requests), read to its first chunk (held until the
+    first candidate landed), then closed: how long `close()` took."""
+    wrapped = wrap_openai(
+        OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), n=5, policy={"use_n": False}, **options
+    )
+    stream = wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}], stream=True)
+    next(iter(stream))
+    started = time.perf_counter()
+    stream.close()
+    return time.perf_counter() - started
+
+
 def test_closing_a_blocking_aggregated_stream_closes_the_candidate_streams_still_out():
     # closing a blocking LangGraph stream waits for its running nodes: the wrapper first tells the draws to stop
     with OpenAITestServer(_split_and_long, latency_s=0.05, token_latency_s=0.05, n_mode="reject") as upstream:
-        options = {"n": 5, "policy": {"use_n": False}, "stream_candidates": True}
-        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
-        stream = wrapped.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
-        )
-        next(iter(stream))  # held until the first candidate landed
-        started = time.perf_counter()
-        stream.close()
-        closing_s = time.perf_counter() - started
+        closing_s = seconds_to_close_after_the_first_chunk(upstream, stream_candidates=True)
         stats = stats_once_aborted(upstream, 4)
     assert closing_s < 1.0  # waiting for the four long replies takes ~4 s
     assert stats["calls"] == 5 and stats["aborted"] == 4
@@ -346,15 +351,7 @@ def test_closing_a_blocking_aggregated_stream_closes_the_candidate_streams_still
 def test_closing_a_blocking_aggregated_stream_sends_no_more_requests():
     # without stream_candidates a request in flight is waited for, but those not yet sent are never sent
     with OpenAITestServer(lambda b, number: f"The answer is {number}.", latency_s=0.3, n_mode="reject") as upstream:
-        options = {"n": 5, "policy": {"use_n": False}, "max_concurrency": 1}
-        wrapped = wrap_openai(OpenAI(base_url=upstream.base_url, api_key="x", max_retries=0), **options)
-        stream = wrapped.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
-        )
-        next(iter(stream))  # held until the first candidate landed
-        started = time.perf_counter()
-        stream.close()
-        closing_s = time.perf_counter() - started
+        closing_s = seconds_to_close_after_the_first_chunk(upstream, max_concurrency=1)
         time.sleep(0.4)  # a request sent after the close would reach the server by now
     assert closing_s < 0.6  # the second request, in flight, is waited for; the three more would take 0.9 s
     assert upstream.stats()["calls"] == 2
