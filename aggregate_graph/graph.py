@@ -104,7 +104,7 @@ class _Nodes:
         self.log_namespace, self.may_checkpoint, self.settle = log_namespace, may_checkpoint, options.settle
         self.stream_candidates = options.stream_candidates
         self._settlings = Settlings(self.n, self._settle_check)  # each wave's, until its run aggregates
-        self._gates = Gates()  # each checkpointed run's limit on requests in flight, until it aggregates
+        self._gates = Gates()  # places of runs whose request tasks could outnumber their limit, until they aggregate
 
     def prepare(self, state: AggregateState, config: RunnableConfig) -> dict[str, Any]:
         question, _ = last_turn(state.get("messages") or [])
