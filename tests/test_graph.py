@@ -78,6 +78,7 @@ def test_heterogeneous_pool_records_model_and_params(serve):
         temperatures=[0.2, 1.0],
         system_prompts=["Be brief."],
         aggregator=MajorityVote(weights={"alpha": 1.0, "beta": 0.5}),
+        settle=False,  # every candidate recorded: with four alphas and a beta landed first the vote is settled
     )
     s = graph.invoke(ASK)["sample_set"]
     assert [c.model for c in s.candidates] == ["alpha", "alpha", "beta", "beta"] * 2
