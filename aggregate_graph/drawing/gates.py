@@ -19,6 +19,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from aggregate_graph.drawing.per_run import PerRun
+
 LANGGRAPH_CAP_EXTRA = 1  # a thread for the waiter of LangGraph's blocking stream
 REQUEST_LIMIT_KEY = "__aggregate_graph_request_limit"  # `configurable`: the run's limit on requests in flight
 
@@ -57,41 +59,26 @@ class AggregateGraph(CompiledStateGraph):
 
 
 class Gates:
-    """The gate of each run whose requests are under way, by the run's key: a blocking run's threads share a
-    semaphore, an async run's tasks an asyncio one (on the run's event loop).
+    """The places of each run whose requests are under way (`PerRun`): a blocking run's threads share a semaphore,
+    an async run's tasks an asyncio one (on the run's event loop)."""
 
-    Args:
-        keep: how many runs' gates are kept; the oldest give way (runs interrupted or failed never aggregate).
-    """
-
-    def __init__(self, keep: int = 4096) -> None:
-        self._keep = keep
-        self._gates: dict[tuple[str, int | None], threading.Semaphore | asyncio.Semaphore] = {}
-        self._lock = threading.Lock()
-
-    def _of(self, key: tuple[str, int | None], limit: int, make: type) -> threading.Semaphore | asyncio.Semaphore:
-        with self._lock:
-            if (gate := self._gates.get(key)) is None:
-                while len(self._gates) >= self._keep:
-                    del self._gates[next(iter(self._gates))]
-                gate = self._gates[key] = make(limit)
-        return gate
+    def __init__(self) -> None:
+        self._gates: PerRun[threading.Semaphore | asyncio.Semaphore] = PerRun()
 
     @contextlib.contextmanager
     def held(self, run_key: str, limit: int) -> Iterator[None]:
         """Holds one of the run's `limit` places for a blocking request."""
-        with self._of((run_key, None), limit, threading.Semaphore):
+        with self._gates.of(f"{run_key}:threads", lambda: threading.Semaphore(limit)):
             yield
 
     @contextlib.asynccontextmanager
     async def aheld(self, run_key: str, limit: int) -> AsyncIterator[None]:
         """Holds one of the run's `limit` places for an async request (a run resumed on another event loop gets
         another gate)."""
-        async with self._of((run_key, id(asyncio.get_running_loop())), limit, asyncio.Semaphore):
+        loop = id(asyncio.get_running_loop())
+        async with self._gates.of(f"{run_key}:loop {loop}", lambda: asyncio.Semaphore(limit)):
             yield
 
     def forget(self, run_key: str) -> None:
         """Drop the gates of a run that aggregates."""
-        with self._lock:
-            for key in [key for key in self._gates if key[0] == run_key]:
-                del self._gates[key]
+        self._gates.forget(run_key)

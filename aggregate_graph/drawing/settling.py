@@ -24,6 +24,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 
+from aggregate_graph.drawing.per_run import PerRun
 from aggregate_graph.sample_set import Candidate
 
 STOP_CONFIG_KEY = "aggregate_graph_stop"  # `configurable` key: a blocking run's stop signal (`stopping_stream`)
@@ -154,39 +155,29 @@ def _stopped_by_interrupt(stop: threading.Event) -> Iterator[None]:
 
 class Settlings:
     """The `Settling` of each wave whose draws are under way, by the wave's key (`Draw.settle_key`: the run's key
-    and the wave), shared by the draw tasks of a graph's runs.
+    and the wave), shared by the draw tasks of a graph's runs until the run aggregates (`PerRun`).
 
     Args:
         n: the candidates a run asks for.
         check_for: the settle check of a wave's question (`IsSettled`), made once per wave: it may keep what it
             learns from one check to the next.
-        keep: how many waves are kept; the oldest give way (runs interrupted or failed never aggregate).
     """
 
-    def __init__(self, n: int, check_for: Callable[[str], IsSettled], keep: int = 4096) -> None:
-        self.n, self._check_for, self._keep = n, check_for, keep
-        self._waves: dict[str, Settling] = {}
-        self._lock = threading.Lock()
+    def __init__(self, n: int, check_for: Callable[[str], IsSettled]) -> None:
+        self.n, self._check_for = n, check_for
+        self._waves: PerRun[Settling] = PerRun()
 
     def of(self, key: str, question: str, landed: Iterable[Candidate] = ()) -> Settling:
         """The wave's `Settling` (made by the first that asks, with the candidates earlier waves `landed`)."""
-        with self._lock:
-            if (settling := self._waves.get(key)) is None:
-                while len(self._waves) >= self._keep:
-                    del self._waves[next(iter(self._waves))]
-                settling = self._waves[key] = Settling(self.n, self._check_for(question), landed)
-        return settling
+        return self._waves.of(key, lambda: Settling(self.n, self._check_for(question), landed))
 
     def get(self, key: str) -> Settling | None:
         """The wave's `Settling`, if one was made."""
-        with self._lock:
-            return self._waves.get(key)
+        return self._waves.get(key)
 
     def forget(self, run_key: str) -> None:
         """Drop the waves of a run that aggregates."""
-        with self._lock:
-            for key in [key for key in self._waves if key.startswith(f"{run_key}:")]:
-                del self._waves[key]
+        self._waves.forget(run_key)
 
 
 # Turns of the event loop that the requests still out get once the decision settles, before they are cancelled: a
