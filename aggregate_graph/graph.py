@@ -29,7 +29,7 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
 from aggregate_graph.drawing.course import Draw
-from aggregate_graph.drawing.gates import REQUEST_LIMIT_KEY, AggregateGraph, Gates
+from aggregate_graph.drawing.gates import PROGRESS_READ_KEY, REQUEST_LIMIT_KEY, AggregateGraph, Gates
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Drawer,
@@ -72,6 +72,10 @@ def _checkpointed(config: RunnableConfig) -> bool:
     """Whether a checkpointer saves this run's task writes: LangGraph puts the graph's own, or else a parent's,
     in each task's config (a parent's also when the graph was compiled with `checkpointer=False`)."""
     return (config.get("configurable") or {}).get(CONFIG_KEY_CHECKPOINTER) is not None
+
+
+def _ignored(candidates: list[Candidate]) -> None:
+    """A reporter with nothing to tell."""
 
 
 class _SyncAsyncNode(Runnable[Any, Any]):
@@ -224,9 +228,12 @@ class _Nodes:
         question, _ = last_turn(draw.messages)
         return self._settlings.of(draw.settle_key, question)
 
-    def _reporter(self, draw: Draw, settling: Settling | None = None) -> OnDrawn:
-        """Reads each candidate as it lands (alone: the whole set is read again before the vote), tells a
-        parent streaming `custom` events of it, and `settling` that it landed."""
+    def _reporter(self, draw: Draw, config: RunnableConfig, settling: Settling | None = None) -> OnDrawn:
+        """Tells `settling` that each candidate landed and, unless nobody can read the run's progress (`custom`
+        events: `progress_read`) and no adaptive wave reads the answers, reads it (alone: the whole set is read
+        again before the vote) and tells of it in a `custom` event."""
+        if not (config.get("configurable") or {}).get(PROGRESS_READ_KEY, True) and self.adaptive is None:
+            return settling.land if settling is not None else _ignored
         write, n = get_stream_writer(), self.n
         question, _ = last_turn(draw.messages)
 
@@ -281,7 +288,7 @@ class _Nodes:
 
     def _generate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
-        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
+        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, config, settling)
         if self._singles(draw):
             return self._drawn(draw, draw_singles(draw, self.policy, drawer, report), settling)
         if drawer.not_needed():
@@ -290,7 +297,7 @@ class _Nodes:
 
     async def _agenerate(self, draw: Draw, config: RunnableConfig) -> dict[str, Any]:
         settling = self._settling(draw)
-        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, settling)
+        drawer, report = self._drawer(draw, config, settling), self._reporter(draw, config, settling)
         if self._singles(draw):
             return self._drawn(draw, await adraw_singles(draw, self.policy, drawer, report), settling)
         if drawer.not_needed():
@@ -347,7 +354,8 @@ class _Nodes:
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
             usage_metadata=usage.usage_metadata(),
         )
-        return {"sample_set": sample_set, "messages": [message]}
+        # the state's candidates as the set reads them: a run nobody watched did not read them as they landed
+        return {"sample_set": sample_set, "messages": [message], "candidates": Overwrite(sample_set.candidates)}
 
     def _decided(self, sample_set: SampleSet, aggregation: Aggregation, choices: dict[str, float]) -> SampleSet:
         """The set with its aggregation, whose details say how the answers were read (and, when tools were

@@ -12,6 +12,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.store.memory import InMemoryStore
 
 from aggregate_graph import (
@@ -23,7 +24,9 @@ from aggregate_graph import (
     build_aggregate_graph,
     checkpoint_serde,
 )
+from aggregate_graph import graph as graph_module
 from aggregate_graph.aggregators import MajorityVote
+from aggregate_graph.drawing.gates import progress_read
 from aggregate_graph.log import export_sample_sets, iter_logged, read_sample_sets
 from tests.conftest import chat
 
@@ -240,6 +243,50 @@ def test_streaming_shows_each_candidate_as_it_lands(serve):
     assert sorted(p["candidate"] for p in progress) == [0, 1, 2, 3] and all(p["answer"] == "42" for p in progress)
     # without a checkpointer the wave is one task, and still each candidate is told as it lands
     assert arrivals[2] < 1.0 <= arrivals[3]
+
+
+def test_a_run_nobody_watches_reads_its_candidates_once_as_a_set(serve, monkeypatch):
+    # nobody can read an invoked top-level run's progress: its candidates are read once, when they are aggregated,
+    # and the state's candidates are the set's, read as one set
+    server = serve(["The answer is 42.", "#### 42", "It is 41."])
+    graph = build_aggregate_graph(chat(server), n=3, policy=CandidatePolicy(use_n=False), settle=False)
+    read, sizes = graph_module.read_answers, []
+
+    def reading(question: str, texts: list[str], *args, **kwargs):
+        sizes.append(len(texts))
+        return read(question, texts, *args, **kwargs)
+
+    monkeypatch.setattr(graph_module, "read_answers", reading)
+    out = graph.invoke(ASK)
+    assert sizes == [3]
+    answers = [c.answer for c in out["sample_set"].candidates]
+    assert [c.answer for c in out["candidates"]] == answers == ["42", "42", "41"]
+
+
+async def test_progress_within_a_parent_run_tells_each_candidates_answer(serve):
+    # the graph called from a parent graph's node: the parent's stream carries the progress, answers and all
+    server = serve(["#### 42"])
+    graph = build_aggregate_graph(chat(server), n=3, policy=CandidatePolicy(use_n=False), settle=False)
+
+    async def ask(state: dict) -> dict:
+        return {"messages": (await graph.ainvoke({"messages": state["messages"]}))["messages"][-1:]}
+
+    parent = StateGraph(MessagesState)
+    parent.add_node("ask", ask)
+    parent.add_edge(START, "ask")
+    events = [e async for _, e in parent.compile().astream(ASK, stream_mode="custom", subgraphs=True)]
+    assert sorted(e["candidate"] for e in events) == [0, 1, 2] and all(e["answer"] == "42" for e in events)
+
+
+def test_progress_read_says_whether_a_run_s_progress_may_have_a_reader():
+    assert not progress_read({}, ["updates", "values"]) and not progress_read({}, "values")
+    assert progress_read({}, "custom") and progress_read({}, ["values", "custom"])
+    seen = []
+    parent = StateGraph(MessagesState)
+    parent.add_node("look", lambda state: seen.append(progress_read({}, "values")) or {})
+    parent.add_edge(START, "look")
+    parent.compile().invoke(ASK)
+    assert seen == [True]  # within a parent run, whose stream may carry it
 
 
 @pytest.mark.parametrize("saved", [False, True])

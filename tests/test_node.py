@@ -60,6 +60,7 @@ def test_candidate_progress_streams_through_the_parent(serve):
         )
     ]
     assert sorted(event["candidate"] for _, event in progress) == list(range(8))
+    assert all(event["answer"] == "12" for _, event in progress)  # read as it landed: the parent's stream shows it
 
 
 async def test_async_node(serve):
