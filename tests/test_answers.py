@@ -317,3 +317,9 @@ def test_grouping_calls_math_verify_only_between_distinct_non_numeric_forms(monk
     # math-verify's symbolic check, once each against the earlier tuple class
     assert calls == [("(1,2)", "(2,1)")]
     answers._verify_with_timeout.cache_clear()
+
+
+def test_one_form_or_words_group_at_once_and_different_numbers_do_not():
+    assert answers.groups_at_once(["56", "56.0", None]) and answers.groups_at_once(["Paris", "Lyon"])
+    assert not answers.groups_at_once(["56", "57"]) and not answers.groups_at_once(["x+1", "1+x"])
+    assert group_equivalent(["56", None, "56.0"]) == [[0, 2]]  # one form: a class without comparing it

@@ -1,5 +1,7 @@
 """MajorityVote as a Runnable over sample sets, and against a real multi-sample pool's reference numbers."""
 
+import threading
+
 import pytest
 
 from aggregate_graph import AggregationError, Candidate, SampleSet
@@ -44,3 +46,24 @@ def test_bad_input_is_named():
         MajorityVote().invoke("not a sample set")
     with pytest.raises(AggregationError, match="no candidate stated an extractable final answer"):
         MajorityVote().invoke(sample_set([None, None]))
+
+
+@pytest.mark.parametrize(
+    ("answers", "on_the_loop"),
+    [
+        (["56", "56", "56.0"], True),  # one form: nothing to compare
+        (["Paris", "paris", "Lyon"], True),  # words: grouped by their forms
+        (["56", "57"], False),  # numbers compared by value (sympy, ~0.25 s to import)
+        ([r"\frac{x}{2}", "x/2"], False),  # LaTeX: math-verify may take seconds on first sight
+    ],
+)
+async def test_an_async_vote_stays_on_the_event_loop_only_where_it_takes_microseconds(answers, on_the_loop):
+    class Recorded(MajorityVote):
+        def aggregate(self, sample_set, config=None):
+            threads.append(threading.get_ident())
+            return super().aggregate(sample_set, config)
+
+    threads = []
+    result = await Recorded().ainvoke(sample_set(answers))
+    assert result.answer == MajorityVote().invoke(sample_set(answers)).answer
+    assert (threads == [threading.get_ident()]) is on_the_loop

@@ -500,6 +500,14 @@ def equivalent(a: str | None, b: str | None) -> bool:
         return False
 
 
+def groups_at_once(answers: Sequence[str | None]) -> bool:
+    """Whether `group_equivalent` groups `answers` by their forms alone (microseconds): they share one form, or
+    each is words or no answer. Different numbers and expressions are compared by value (sympy: its import takes
+    ~0.25 s; math-verify's parser ~10-20 ms a form on first sight, up to seconds)."""
+    forms = {form for answer in answers if (form := normalize_answer(answer)) is not None}
+    return len(forms) <= 1 or all(is_text_form(form) for form in forms)
+
+
 def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:
     """Equivalence classes of `answers` as lists of positions, in order of first appearance.
 
@@ -511,6 +519,8 @@ def group_equivalent(answers: Sequence[str | None]) -> list[list[int]]:
     for i, answer in enumerate(answers):
         if (form := normalize_answer(answer)) is not None:
             buckets.setdefault(form, []).append(i)
+    if len(buckets) == 1:  # one form: nothing to compare it with
+        return list(buckets.values())
     classes: list[list[int]] = []
     by_value: dict[tuple[str, ...], list[int]] = {}
     by_text: dict[str, list[int]] = {}
