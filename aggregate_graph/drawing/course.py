@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -159,13 +159,6 @@ def capture(take: Callable[[Step], Any], step: Step) -> Outcome:
     except NotNeeded:  # no failure: the driver ends the draw
         raise
     except Exception as exc:  # the plan decides what a failure means
-        return Outcome(error=exc)
-
-
-async def acapture(take: Callable[[Step], Awaitable[Any]], step: Step) -> Outcome:
-    try:
-        return Outcome(await take(step))
-    except Exception as exc:
         return Outcome(error=exc)
 
 

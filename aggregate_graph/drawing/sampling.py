@@ -31,7 +31,6 @@ from aggregate_graph.drawing.course import (
     Step,
     Subdraw,
     Wait,
-    acapture,
     candidates_of,
     capture,
     course,
@@ -303,39 +302,33 @@ async def adraw_candidates(
     messages, kwargs = drawer.request(draw)
     streamed = _ChoiceReporter(draw, policy, drawer, report) if drawer.streams_choices(draw, blocking=False) else None
 
-    async def call() -> Reply:
-        if streamed is not None:
-            try:
-                model = cast(StreamsChoices, sampler.model)
-                return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
-            except Exception as exc:
-                _unless_stream_refused(exc, sampler)
-        if drawer.direct:
-            return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
-        return reply_of(await sampler.model.agenerate([messages], **kwargs))
-
-    async def timed_attempt() -> Reply:
-        timeout = asyncio.timeout(policy.timeout_s)  # unlike wait_for, no task per request
-        try:
-            async with timeout:
-                return await call()
-        except TimeoutError:
-            if not timeout.expired():  # the model's own
-                raise
-            raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
-
     async def attempt() -> Reply:
+        """One attempt, under the policy's timeout (unlike wait_for, no task per request). One coroutine: each await
+        of a request passes through every frame of its chain, and 64 requests are under way at once."""
+        timeout = asyncio.timeout(policy.timeout_s)
         try:
-            return await timed_attempt()
+            try:
+                async with timeout:
+                    if streamed is not None:
+                        try:
+                            model = cast(StreamsChoices, sampler.model)
+                            return await model.astream_choices(messages, streamed, drawer.not_needed, **kwargs)
+                        except Exception as exc:
+                            _unless_stream_refused(exc, sampler)
+                    if drawer.direct:
+                        return await cast(RepliesDirectly, sampler.model).areply(messages, **kwargs)
+                    return reply_of(await sampler.model.agenerate([messages], **kwargs))
+            except TimeoutError:
+                if not timeout.expired():  # the model's own
+                    raise
+                raise TimeoutError(f"candidate request exceeded the {policy.timeout_s:g}s timeout") from None
         except Exception as exc:
             if streamed is not None:
                 streamed.failed(exc)
             raise
 
-    async def take(step: Step) -> Any:
+    async def take(step: Step) -> Any:  # a step other than an attempt
         match step:
-            case Attempt():
-                return await attempt()
             case Wait(seconds):
                 return await asyncio.sleep(seconds)
             case Retried(rest):
@@ -347,7 +340,11 @@ async def adraw_candidates(
     plan = course(draw, sampler, policy)
     step = resume(plan, Outcome())
     while not isinstance(step, Done):
-        step = resume(plan, await acapture(take, step))
+        try:  # an attempt, the usual step, is awaited here: a frame less on each of its awaits
+            outcome = Outcome(await (attempt() if isinstance(step, Attempt) else take(step)))
+        except Exception as exc:  # the plan decides what a failure means
+            outcome = Outcome(error=exc)
+        step = resume(plan, outcome)
     report(step.value)
     return step.value
 
