@@ -229,10 +229,10 @@ class _Nodes:
         return self._settlings.of(draw.settle_key, question)
 
     def _reporter(self, draw: Draw, config: RunnableConfig, settling: Settling | None = None) -> OnDrawn:
-        """Tells `settling` that each candidate landed and, unless nobody can read the run's progress (`custom`
-        events: `progress_read`) and no adaptive wave reads the answers, reads it (alone: the whole set is read
-        again before the vote) and tells of it in a `custom` event."""
-        if not (config.get("configurable") or {}).get(PROGRESS_READ_KEY, True) and self.adaptive is None:
+        """Tells `settling` that each candidate landed and, unless nobody watches the run as it goes (`unwatched`)
+        and no adaptive wave reads the answers, reads it (alone: the whole set is read again before the vote) and
+        tells of it in a `custom` event."""
+        if (config.get("configurable") or {}).get(PROGRESS_READ_KEY) is False and self.adaptive is None:
             return settling.land if settling is not None else _ignored
         write, n = get_stream_writer(), self.n
         question, _ = last_turn(draw.messages)
@@ -354,7 +354,7 @@ class _Nodes:
             response_metadata={"sample_set": sample_set.model_dump(mode="json")},
             usage_metadata=usage.usage_metadata(),
         )
-        # the state's candidates as the set reads them: a run nobody watched did not read them as they landed
+        # the state's candidates as the set reads them: a run nobody watches does not read them as they land
         return {"sample_set": sample_set, "messages": [message], "candidates": Overwrite(sample_set.candidates)}
 
     def _decided(self, sample_set: SampleSet, aggregation: Aggregation, choices: dict[str, float]) -> SampleSet:

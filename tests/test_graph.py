@@ -26,7 +26,7 @@ from aggregate_graph import (
 )
 from aggregate_graph import graph as graph_module
 from aggregate_graph.aggregators import MajorityVote
-from aggregate_graph.drawing.gates import progress_read
+from aggregate_graph.drawing.gates import unwatched
 from aggregate_graph.log import export_sample_sets, iter_logged, read_sample_sets
 from tests.conftest import chat
 
@@ -260,7 +260,7 @@ def test_a_run_nobody_watches_reads_its_candidates_once_as_a_set(serve, monkeypa
     out = graph.invoke(ASK)
     assert sizes == [3]
     answers = [c.answer for c in out["sample_set"].candidates]
-    assert [c.answer for c in out["candidates"]] == answers == ["42", "42", "41"]
+    assert [c.answer for c in out["candidates"]] == answers and sorted(answers) == ["41", "42", "42"]
 
 
 async def test_progress_within_a_parent_run_tells_each_candidates_answer(serve):
@@ -278,15 +278,47 @@ async def test_progress_within_a_parent_run_tells_each_candidates_answer(serve):
     assert sorted(e["candidate"] for e in events) == [0, 1, 2] and all(e["answer"] == "42" for e in events)
 
 
-def test_progress_read_says_whether_a_run_s_progress_may_have_a_reader():
-    assert not progress_read({}, ["updates", "values"]) and not progress_read({}, "values")
-    assert progress_read({}, "custom") and progress_read({}, ["values", "custom"])
+def test_a_run_is_unwatched_only_as_an_invoke_returning_its_final_state_alone_outside_any_other_run(serve):
+    graph = build_aggregate_graph(chat(serve(["#### 42"])), n=2)
+    assert unwatched(graph, {}, {}) and unwatched(graph, {}, {"stream_mode": "values"})
+    assert not unwatched(graph, {}, {"stream_mode": "updates"}) and not unwatched(graph, {}, {"print_mode": "custom"})
+    saved = build_aggregate_graph(chat(serve(["#### 42"])), n=2, checkpointer=InMemorySaver())
+    assert not unwatched(saved, {}, {})  # its states are saved as it goes
     seen = []
     parent = StateGraph(MessagesState)
-    parent.add_node("look", lambda state: seen.append(progress_read({}, "values")) or {})
+    parent.add_node("look", lambda state: seen.append(unwatched(graph, {}, {})) or {})
     parent.add_edge(START, "look")
     parent.compile().invoke(ASK)
-    assert seen == [True]  # within a parent run, whose stream may carry it
+    assert seen == [False]  # within a parent run, whose stream may carry it
+
+
+def test_candidates_are_read_as_they_land_wherever_the_run_can_be_watched(serve, capsys):
+    server = serve(["The answer is 42.", "#### 42", "#### 41"])
+    policy = CandidatePolicy(use_n=False, max_attempts=1)
+    saved = build_aggregate_graph(chat(server), n=3, policy=policy, settle=False, checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "watched"}}
+    landed = [
+        c.answer
+        for u in saved.stream(ASK, config, stream_mode="updates")
+        for c in u.get("generate", {}).get("candidates", [])
+    ]
+    assert sorted(map(str, landed)) == ["41", "42", "42"]  # each saved task's update, as it lands
+    graph = build_aggregate_graph(chat(server), n=3, policy=policy, settle=False)
+    graph.invoke(ASK, print_mode="custom")  # LangGraph prints the progress events
+    assert capsys.readouterr().out.count("'answer': '4") == 3
+
+
+def test_a_saved_run_that_fails_keeps_its_candidates_read(serve):
+    server = serve(["#### 42"], failure_rate=0.5, seed=1)  # seed 1: two of the four requests fail
+    policy = CandidatePolicy(use_n=False, max_attempts=1)
+    graph = build_aggregate_graph(
+        chat(server), n=4, min_candidates=4, policy=policy, settle=False, checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "failed"}}
+    with pytest.raises(QuorumError):
+        graph.invoke(ASK, config)
+    saved = graph.get_state(config).values["candidates"]
+    assert sorted((c.ok, c.answer or "") for c in saved) == [(False, ""), (False, ""), (True, "42"), (True, "42")]
 
 
 @pytest.mark.parametrize("saved", [False, True])

@@ -1,6 +1,6 @@
 """A run's limit on candidate requests in flight (`max_concurrency`): the graph's own runs (`AggregateGraph`), and
-the gate each request waits for where it is its own LangGraph task (a checkpointed run). A run also says whether
-anybody may read its candidates' progress events (`PROGRESS_READ_KEY`).
+the gate each request waits for where it is its own LangGraph task (a checkpointed run); and the mark of a run
+nobody watches as it goes (`PROGRESS_READ_KEY`).
 
 LangGraph caps a run's tasks with the config's `max_concurrency`, but its blocking `stream` (`custom` and `messages`
 modes) runs a waiter on one of those threads: the cap would leave one request fewer, and a cap of 1 none at all (the
@@ -25,8 +25,8 @@ from aggregate_graph.drawing.per_run import PerRun
 
 LANGGRAPH_CAP_EXTRA = 1  # a thread for the waiter of LangGraph's blocking stream
 REQUEST_LIMIT_KEY = "__aggregate_graph_request_limit"  # `configurable`: the run's limit on requests in flight
-# `configurable`: False when nobody can read the run's progress events (`progress_read`), so that a candidate's
-# answer is not read as it lands only for the event (~30 µs a candidate: at n=64, a fifth of the graph's own time)
+# `configurable`: False in a run nobody watches as it goes (`unwatched`), so that a candidate's answer is not read as
+# it lands only for the progress event (~30 µs a candidate: at n=64, about a fifth of the graph's own time)
 PROGRESS_READ_KEY = "__aggregate_graph_progress_read"
 
 
@@ -34,13 +34,19 @@ class AggregateGraph(CompiledStateGraph):
     """The compiled aggregation graph (`build_aggregate_graph`): a LangGraph graph whose runs keep their candidate
     requests to `max_concurrency` — the graph's own (its default config), or a run config's — with one more thread
     for LangGraph's blocking stream. Every run goes through `stream` or `astream` (`invoke`, `batch`, a parent's
-    call, `astream_events`)."""
+    call, `astream_events`); an `invoke` nobody watches as it goes is marked so (`unwatched`)."""
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return super().invoke(input, self._watched_or_not(config, kwargs), **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await super().ainvoke(input, self._watched_or_not(config, kwargs), **kwargs)
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
-        return super().stream(input, self._run_config(config, kwargs.get("stream_mode")), **kwargs)
+        return super().stream(input, self._run_config(config), **kwargs)
 
     def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        return super().astream(input, self._run_config(config, kwargs.get("stream_mode")), **kwargs)
+        return super().astream(input, self._run_config(config), **kwargs)
 
     def copy(self, update: dict[str, Any] | None = None) -> AggregateGraph:
         copied = super().copy(update)
@@ -48,9 +54,15 @@ class AggregateGraph(CompiledStateGraph):
         copied._serde_allowlist = self._serde_allowlist
         return copied
 
-    def _run_config(self, config: RunnableConfig | None, stream_mode: Any) -> RunnableConfig:
-        """`config` with the run's limit on requests in flight, LangGraph's cap on tasks one above it, and whether
-        the run's progress events may have a reader (`progress_read`)."""
+    def _watched_or_not(self, config: RunnableConfig | None, kwargs: dict[str, Any]) -> RunnableConfig:
+        """`config`, marked for a run nobody watches as it goes (`unwatched`)."""
+        config = config or {}
+        if not unwatched(self, config, kwargs):
+            return config
+        return {**config, "configurable": {**(config.get("configurable") or {}), PROGRESS_READ_KEY: False}}
+
+    def _run_config(self, config: RunnableConfig | None) -> RunnableConfig:
+        """`config` with the run's limit on requests in flight, and LangGraph's cap on tasks one above it."""
         config = config or {}
         configurable = config.get("configurable") or {}
         cap, inherited = config.get("max_concurrency"), configurable.get(REQUEST_LIMIT_KEY)
@@ -60,19 +72,25 @@ class AggregateGraph(CompiledStateGraph):
             limit = inherited
         else:
             limit = cap
-        read = progress_read(config, self.stream_mode if stream_mode is None else stream_mode)
-        configurable = {**configurable, REQUEST_LIMIT_KEY: limit, PROGRESS_READ_KEY: read}
+        configurable = {**configurable, REQUEST_LIMIT_KEY: limit}
+        if _within_another_run(config):  # a mark it carries is its parent's: this run may be watched through it
+            configurable.pop(PROGRESS_READ_KEY, None)
         return {**config, "max_concurrency": limit + LANGGRAPH_CAP_EXTRA, "configurable": configurable}
 
 
-def progress_read(config: RunnableConfig, stream_mode: Any) -> bool:
-    """Whether a run's `custom` events (candidate progress) may have a reader: the run streams them, or it runs
-    within another run (a parent graph's node, a chat model's call), whose own stream may carry them. LangGraph's
-    writer drops them otherwise."""
-    modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode or ())
+def unwatched(graph: CompiledStateGraph, config: RunnableConfig, kwargs: dict[str, Any]) -> bool:
+    """Whether nobody can watch an `invoke` run of `graph` (called with `kwargs`) as it goes: it returns the final
+    state alone (`stream_mode` "values") and prints nothing (`print_mode`), no checkpointer saves its states, and it
+    runs within no other run — a parent graph's node, a chat model's call — whose own stream may carry them."""
+    quiet = kwargs.get("stream_mode", "values") == "values" and not kwargs.get("print_mode")
+    return quiet and not graph.checkpointer and not _within_another_run(config)
+
+
+def _within_another_run(config: RunnableConfig) -> bool:
+    # a parent's context (LangChain's, as LangGraph's nodes run in it), or its config passed on outside it: LangGraph's
+    # keys of a running task (`__pregel_…`)
     within = var_child_runnable_config.get() is not None
-    # a parent graph's config passed on outside its context: LangGraph's keys of a running task (`__pregel_…`)
-    return "custom" in modes or within or any(key.startswith("__pregel_") for key in config.get("configurable") or {})
+    return within or any(key.startswith("__pregel_") for key in config.get("configurable") or {})
 
 
 class Gates:
