@@ -29,7 +29,7 @@ from langgraph.types import Overwrite, RetryPolicy, Send
 from aggregate_graph.aggregators.base import stays_first
 from aggregate_graph.aggregators.tool_calls import ANSWER_NOW, answering, tool_choices, vote_tool_calls
 from aggregate_graph.drawing.course import Draw
-from aggregate_graph.drawing.gates import PROGRESS_READ_KEY, REQUEST_LIMIT_KEY, AggregateGraph, Gates
+from aggregate_graph.drawing.gates import REQUEST_LIMIT_KEY, UNWATCHED_KEY, AggregateGraph, Gates
 from aggregate_graph.drawing.models import ModelSpec, build_pool
 from aggregate_graph.drawing.sampling import (
     Drawer,
@@ -232,7 +232,7 @@ class _Nodes:
         """Tells `settling` that each candidate landed and, unless nobody watches the run as it goes (`unwatched`)
         and no adaptive wave reads the answers, reads it (alone: the whole set is read again before the vote) and
         tells of it in a `custom` event."""
-        if (config.get("configurable") or {}).get(PROGRESS_READ_KEY) is False and self.adaptive is None:
+        if (config.get("configurable") or {}).get(UNWATCHED_KEY) and self.adaptive is None:
             return settling.land if settling is not None else _ignored
         write, n = get_stream_writer(), self.n
         question, _ = last_turn(draw.messages)

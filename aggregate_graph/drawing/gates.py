@@ -1,6 +1,6 @@
 """A run's limit on candidate requests in flight (`max_concurrency`): the graph's own runs (`AggregateGraph`), and
 the gate each request waits for where it is its own LangGraph task (a checkpointed run); and the mark of a run
-nobody watches as it goes (`PROGRESS_READ_KEY`).
+nobody watches as it goes (`UNWATCHED_KEY`).
 
 LangGraph caps a run's tasks with the config's `max_concurrency`, but its blocking `stream` (`custom` and `messages`
 modes) runs a waiter on one of those threads: the cap would leave one request fewer, and a cap of 1 none at all (the
@@ -25,9 +25,9 @@ from aggregate_graph.drawing.per_run import PerRun
 
 LANGGRAPH_CAP_EXTRA = 1  # a thread for the waiter of LangGraph's blocking stream
 REQUEST_LIMIT_KEY = "__aggregate_graph_request_limit"  # `configurable`: the run's limit on requests in flight
-# `configurable`: False in a run nobody watches as it goes (`unwatched`), so that a candidate's answer is not read as
+# `configurable`: True in a run nobody watches as it goes (`unwatched`), so that a candidate's answer is not read as
 # it lands only for the progress event (~30 µs a candidate: at n=64, about a fifth of the graph's own time)
-PROGRESS_READ_KEY = "__aggregate_graph_progress_read"
+UNWATCHED_KEY = "__aggregate_graph_unwatched"
 
 
 class AggregateGraph(CompiledStateGraph):
@@ -59,7 +59,7 @@ class AggregateGraph(CompiledStateGraph):
         config = config or {}
         if not unwatched(self, config, kwargs):
             return config
-        return {**config, "configurable": {**(config.get("configurable") or {}), PROGRESS_READ_KEY: False}}
+        return {**config, "configurable": {**(config.get("configurable") or {}), UNWATCHED_KEY: True}}
 
     def _run_config(self, config: RunnableConfig | None) -> RunnableConfig:
         """`config` with the run's limit on requests in flight, and LangGraph's cap on tasks one above it."""
@@ -74,7 +74,7 @@ class AggregateGraph(CompiledStateGraph):
             limit = cap
         configurable = {**configurable, REQUEST_LIMIT_KEY: limit}
         if _within_another_run(config):  # a mark it carries is its parent's: this run may be watched through it
-            configurable.pop(PROGRESS_READ_KEY, None)
+            configurable.pop(UNWATCHED_KEY, None)
         return {**config, "max_concurrency": limit + LANGGRAPH_CAP_EXTRA, "configurable": configurable}
 
 
