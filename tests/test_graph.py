@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -245,6 +246,14 @@ def test_streaming_shows_each_candidate_as_it_lands(serve):
     assert arrivals[2] < 1.0 <= arrivals[3]
 
 
+def parent_of(node) -> Any:
+    """A parent graph whose one node is `node`."""
+    parent = StateGraph(MessagesState)
+    parent.add_node("node", node)
+    parent.add_edge(START, "node")
+    return parent.compile()
+
+
 def test_a_run_nobody_watches_reads_its_candidates_once_as_a_set(serve, monkeypatch):
     # nobody can read an invoked top-level run's progress: its candidates are read once, when they are aggregated,
     # and the state's candidates are the set's, read as one set
@@ -271,10 +280,7 @@ async def test_progress_within_a_parent_run_tells_each_candidates_answer(serve):
     async def ask(state: dict) -> dict:
         return {"messages": (await graph.ainvoke({"messages": state["messages"]}))["messages"][-1:]}
 
-    parent = StateGraph(MessagesState)
-    parent.add_node("ask", ask)
-    parent.add_edge(START, "ask")
-    events = [e async for _, e in parent.compile().astream(ASK, stream_mode="custom", subgraphs=True)]
+    events = [e async for _, e in parent_of(ask).astream(ASK, stream_mode="custom", subgraphs=True)]
     assert sorted(e["candidate"] for e in events) == [0, 1, 2] and all(e["answer"] == "42" for e in events)
 
 
@@ -285,10 +291,7 @@ def test_a_run_is_unwatched_only_as_an_invoke_returning_its_final_state_alone_ou
     saved = build_aggregate_graph(chat(serve(["#### 42"])), n=2, checkpointer=InMemorySaver())
     assert not unwatched(saved, {}, {})  # its states are saved as it goes
     seen = []
-    parent = StateGraph(MessagesState)
-    parent.add_node("look", lambda state: seen.append(unwatched(graph, {}, {})) or {})
-    parent.add_edge(START, "look")
-    parent.compile().invoke(ASK)
+    parent_of(lambda state: seen.append(unwatched(graph, {}, {})) or {}).invoke(ASK)
     assert seen == [False]  # within a parent run, whose stream may carry it
 
 
